@@ -1,0 +1,1 @@
+"""Agent runner over the OpenAI client, imported as `sglang_ds41.agents` (not `agents`)."""

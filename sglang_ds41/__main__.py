@@ -1,0 +1,5 @@
+import sys
+
+from sglang_ds41.cli import main
+
+sys.exit(main())
