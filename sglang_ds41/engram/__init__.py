@@ -1,0 +1,6 @@
+"""Engram: compressed token map -> n-gram hash ids -> table rows -> gated residual update.
+
+Modules: `token_map` (tokenizer -> compressed ids), `layout` (primes, offsets, multipliers;
+documents how hash ids map to table rows), `hashing` (batch hash and per-request state),
+`plan` (memory per TP rank), `table` (row store), `gate` (layer math).
+"""

@@ -1,0 +1,124 @@
+"""Engram table memory per tensor-parallel rank (MODEL.md §8.4, §9.2).
+
+Each table is row-sharded so exactly one rank owns each row (lookup = zero-fill + all-reduce).
+When the number of hash columns (24) is a multiple of the TP size, the split follows column
+boundaries (rank r owns columns `[r*k, (r+1)*k)`, k = 24 / tp), so a hash id's owner is
+known from its column alone; otherwise rank r owns rows `[rows*r // tp, rows*(r+1) // tp)`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from sglang_ds41.engram.layout import EngramLayerLayout, EngramLayout
+from sglang_ds41.errors import Ds41Error
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class RowFormat:
+    """Bytes of one stored table row (256 values) in a storage format."""
+
+    name: str
+    bytes_per_row: int
+    bytes_per_table: int  # per-table constants replicated on every rank (NVFP4 global scale)
+    layout: str
+
+
+FORMATS: dict[str, RowFormat] = {
+    "fp8": RowFormat("fp8", 256 + 8, 0, "E4M3 [rows,256] + E8M0 [rows,8] (one scale per 32)"),
+    "mxfp4": RowFormat("mxfp4", 128 + 8, 0, "E2M1 x2 [rows,128] + E8M0 [rows,8] (one scale per 32)"),
+    "nvfp4": RowFormat("nvfp4", 128 + 16, 4, "E2M1 x2 [rows,128] + E4M3 [rows,16] + F32 global scale"),
+}
+
+
+def format_named(name: str) -> RowFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise Ds41Error(f"unknown Engram table format {name!r}; expected one of {sorted(FORMATS)}") from None
+
+
+def shard_ranges(layer: EngramLayerLayout, tp: int) -> list[tuple[int, int]]:
+    """`[start, end)` row range owned by each of the `tp` ranks."""
+    if tp < 1:
+        raise Ds41Error(f"tensor-parallel size must be >= 1, got {tp}")
+    starts = layer.column_starts()
+    if layer.n_columns % tp == 0:
+        per_rank = layer.n_columns // tp
+        return [(starts[r * per_rank], starts[(r + 1) * per_rank]) for r in range(tp)]
+    bounds = [layer.num_rows * r // tp for r in range(tp + 1)]  # as `table.shard_boundaries` stores them
+    return list(itertools.pairwise(bounds))
+
+
+def on_column_boundaries(layer: EngramLayerLayout, tp: int) -> bool:
+    return layer.n_columns % tp == 0
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    layer_id: int
+    rows: int
+    n_columns: int
+    column_split: bool
+    rows_per_rank: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EngramPlan:
+    """Rows per table and per rank; bytes follow from a `RowFormat`."""
+
+    tp: int
+    nnodes: int
+    tables: tuple[TablePlan, ...]
+
+    @property
+    def rows_total(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+    def rows_on_rank(self, rank: int) -> int:
+        return sum(t.rows_per_rank[rank] for t in self.tables)
+
+    def table_bytes_on_rank(self, table: TablePlan, rank: int, fmt: RowFormat) -> int:
+        return table.rows_per_rank[rank] * fmt.bytes_per_row + fmt.bytes_per_table
+
+    def bytes_on_rank(self, rank: int, fmt: RowFormat) -> int:
+        return sum(self.table_bytes_on_rank(t, rank, fmt) for t in self.tables)
+
+    def max_table_bytes_per_rank(self, table: TablePlan, fmt: RowFormat) -> int:
+        return max(self.table_bytes_on_rank(table, r, fmt) for r in range(self.tp))
+
+    def max_bytes_per_rank(self, fmt: RowFormat) -> int:
+        return max(self.bytes_on_rank(r, fmt) for r in range(self.tp))
+
+    def ranks_of_node(self, node: int) -> range:
+        per_node = self.tp // self.nnodes
+        return range(node * per_node, (node + 1) * per_node)
+
+    def host_bytes_per_node(self, fmt: RowFormat) -> int:
+        """Host memory for the shards of one node's ranks (tables kept in host memory), the
+        largest over nodes; also what a node must stage while loading its shards."""
+        return max(sum(self.bytes_on_rank(r, fmt) for r in self.ranks_of_node(n)) for n in range(self.nnodes))
+
+    def total_bytes(self, fmt: RowFormat) -> int:
+        return sum(t.rows * fmt.bytes_per_row + fmt.bytes_per_table for t in self.tables)
+
+
+def plan(layout: EngramLayout, tp: int, nnodes: int = 1) -> EngramPlan:
+    if tp < 1:
+        raise Ds41Error(f"tensor-parallel size must be >= 1, got {tp}")
+    if nnodes < 1 or tp % nnodes != 0:
+        raise Ds41Error(f"--nnodes {nnodes} must be >= 1 and divide the tensor-parallel size {tp}")
+    tables = tuple(
+        TablePlan(
+            layer_id=layer.layer_id,
+            rows=layer.num_rows,
+            n_columns=layer.n_columns,
+            column_split=on_column_boundaries(layer, tp),
+            rows_per_rank=tuple(end - start for start, end in shard_ranges(layer, tp)),
+        )
+        for layer in layout.layers
+    )
+    return EngramPlan(tp=tp, nnodes=nnodes, tables=tables)
