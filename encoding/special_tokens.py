@@ -6,10 +6,10 @@ Spellings use U+FF5C (｜) and U+2581 (▁). Ids are those of the V4.1 checkpoin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Special(str, Enum):
+class Special(StrEnum):
     """A special token kind; the value is its V4.1 checkpoint spelling."""
 
     BOS = "<｜begin▁of▁sentence｜>"
