@@ -28,7 +28,28 @@ _SCHEMA_VALUES = (
 
 
 def schema_problem(schema: Any, *, require_object: bool) -> str | None:
-    """Why the official renderer would refuse `schema`, or None."""
+    """Why the official renderer would refuse `schema`, or None.
+
+    Agent loops resend the same tool schemas on every step, and meta-schema validation is the
+    most expensive part of rendering, so verdicts are memoised by the schema's exact `repr`.
+    """
+    try:
+        key = (repr(schema), require_object)  # repr keeps int vs str keys and 1 vs 1.0 vs True apart
+    except RecursionError:
+        return _schema_problem(schema, require_object)
+    if key not in _VERDICTS:
+        if len(_VERDICTS) >= _MAX_VERDICTS:
+            _VERDICTS.pop(next(iter(_VERDICTS)))
+        _VERDICTS[key] = _schema_problem(schema, require_object)
+    return _VERDICTS[key]
+
+
+# Pure memoisation (schema text -> verdict): it changes no result, only how often we validate.
+_VERDICTS: dict[tuple[str, bool], str | None] = {}
+_MAX_VERDICTS = 1024
+
+
+def _schema_problem(schema: Any, require_object: bool) -> str | None:
     if require_object:
         declared = schema.get("type") if isinstance(schema, dict) else None
         if declared != "object":
