@@ -34,7 +34,10 @@ RESULTS = Path(__file__).parent / "results"
 IMAGE_URL = "data:image/png;base64," + base64.b64encode(
     (Path(__file__).parents[1] / "examples" / "images" / "corn.png").read_bytes()
 ).decode()
-WORDS = ["the", "weather", "in", "Paris", "tomorrow", "北京", "天气", "résumé", "numbers", "42", "3.14", "<｜User｜>", "JSON", "list", "item"]
+WORDS = [
+    "the", "weather", "in", "Paris", "tomorrow", "北京", "天气", "résumé", "numbers", "42", "3.14",
+    "<｜User｜>", "JSON", "list", "item",
+]  # fmt: skip
 TOOLS = [
     {
         "type": "function",
