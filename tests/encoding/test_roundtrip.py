@@ -1,4 +1,6 @@
-"""Calls rendered by the official renderer parse back to the same calls (names, JSON arguments).
+"""Rendered assistant tool calls parse back to the same calls (names, JSON arguments).
+
+Both renderers are exercised: the official one and ours (`sglang_ds41.encoding`).
 
 The assistant turn is cut out of a rendered conversation whose assistant message carries the
 calls. Text mode cannot tell a typed `</｜DSML｜` from a real one, so its strings avoid it;
@@ -12,8 +14,10 @@ import json
 from functools import cache
 
 import deepseek_recipe as dr
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sglang_ds41.encoding import encode_prompt, render_request
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.parse import parse_ids, parse_text
 from sglang_ds41.encoding.special_tokens import Special
@@ -81,16 +85,25 @@ def _id_encoding():
     return _encoding().with_tokenizer(dr.Tokenizer.from_file(str(TOKENIZER_JSON)))
 
 
-def rendered_turn_text(tool_calls) -> str:
-    conversation = dr.ChatCompletionRequest(body(tool_calls)).convert(dr.ConversionOptions()).conversation
-    prompt = _encoding().render_conversation(conversation).prompt
+RENDERERS = ["official", "ours"]
+
+
+def rendered_turn_text(tool_calls, renderer: str = "official") -> str:
+    if renderer == "ours":
+        prompt = render_request(body(tool_calls)).prompt.text
+    else:
+        conversation = dr.ChatCompletionRequest(body(tool_calls)).convert(dr.ConversionOptions()).conversation
+        prompt = _encoding().render_conversation(conversation).prompt
     start = prompt.index(Special.ASSISTANT.value) + len(Special.ASSISTANT.value)
     return prompt[start : prompt.index(Special.EOS.value, start)]
 
 
-def rendered_turn_ids(tool_calls) -> list[int]:
-    conversation = dr.ChatCompletionRequest(body(tool_calls)).convert(dr.ConversionOptions()).conversation
-    ids = _id_encoding().encode(conversation)
+def rendered_turn_ids(tool_calls, renderer: str = "official") -> list[int]:
+    if renderer == "ours":
+        ids = encode_prompt(render_request(body(tool_calls)))
+    else:
+        conversation = dr.ChatCompletionRequest(body(tool_calls)).convert(dr.ConversionOptions()).conversation
+        ids = _id_encoding().encode(conversation)
     start = ids.index(Special.ASSISTANT.id) + 1
     return ids[start : ids.index(Special.EOS.id, start)]
 
@@ -103,23 +116,26 @@ def assert_same_calls(message, tool_calls) -> None:
         assert json.loads(parsed.arguments) == arguments
 
 
-def test_a_rendered_example_round_trips():
+@pytest.mark.parametrize("renderer", RENDERERS)
+def test_a_rendered_example_round_trips(renderer):
     tool_calls = [
         ("get_weather", {"city": "Paris", "days": 3, "opts": {"unit": "C", "x": [1, 2.5, None]}}),
         ("noop", {}),
     ]
-    assert rendered_turn_text(tool_calls).startswith("</think>\n\n<｜DSML｜ calls>\n")
-    assert_same_calls(parse_text(rendered_turn_text(tool_calls), OPTIONS), tool_calls)
-    assert_same_calls(parse_ids(rendered_turn_ids(tool_calls), OPTIONS), tool_calls)
+    assert rendered_turn_text(tool_calls, renderer).startswith("</think>\n\n<｜DSML｜ calls>\n")
+    assert_same_calls(parse_text(rendered_turn_text(tool_calls, renderer), OPTIONS), tool_calls)
+    assert_same_calls(parse_ids(rendered_turn_ids(tool_calls, renderer), OPTIONS), tool_calls)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("renderer", RENDERERS)
 @given(calls(nasty=False))
-def test_random_calls_round_trip_in_text_mode(tool_calls):
-    assert_same_calls(parse_text(rendered_turn_text(tool_calls), OPTIONS), tool_calls)
+def test_random_calls_round_trip_in_text_mode(renderer, tool_calls):
+    assert_same_calls(parse_text(rendered_turn_text(tool_calls, renderer), OPTIONS), tool_calls)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("renderer", RENDERERS)
 @given(calls(nasty=True))
-def test_random_calls_round_trip_in_token_mode(tool_calls):
-    assert_same_calls(parse_ids(rendered_turn_ids(tool_calls), OPTIONS), tool_calls)
+def test_random_calls_round_trip_in_token_mode(renderer, tool_calls):
+    assert_same_calls(parse_ids(rendered_turn_ids(tool_calls, renderer), OPTIONS), tool_calls)
