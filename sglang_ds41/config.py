@@ -57,6 +57,10 @@ class QuantizationConfig:
     quantized_layers: Mapping[str, Any] | None = None
     config_groups: Mapping[str, Any] | None = None
     producer: Mapping[str, Any] | None = None
+    # MXFP4 Engram tables (MODEL.md §8.4); absent or "fp8" = the official FP8 tables.
+    engram_embed_quant: str | None = None
+    engram_embed_block_size: int | None = None
+    engram_embed_layers: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
