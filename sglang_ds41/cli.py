@@ -16,6 +16,10 @@ COMMAND_MODULES = [
     "render",
     "parse",
     "engram_plan",
+    "make_tiny",
+    "inspect",
+    "generate",
+    "agent",
 ]
 
 

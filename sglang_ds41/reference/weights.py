@@ -1,0 +1,106 @@
+"""Build the reference `Transformer` from a checkpoint directory (MODEL.md §8).
+
+Everything goes through the shared reader (`checkpoint.Checkpoint`): the directory is validated
+against the manifest first, then every parameter is read by its official name and dequantised
+to a dense tensor — FP8 32x32 block linears, MXFP4 or NVFP4 routed experts (W4A16: NVFP4's
+`input_scale` only matters to W4A4 kernels). Engram tables stay quantised in an `EngramTable`
+(FP8 or MXFP4 rows, dequantised per lookup). The vision tower, aligner and DSpark stages are
+not part of the reference model and are left unread.
+
+Names (§8.6): model parameters carry the checkpoint names, except that a `HyperConnection`
+holds `fn/base/scale` for `hc_{attn,ffn}_{fn,base,scale}`. Afterwards every language-model
+tensor of the checkpoint must have been used, so a mapping mistake fails loudly by name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from sglang_ds41.checkpoint.reader import Checkpoint, CheckpointError
+from sglang_ds41.engram.hashing import EngramHasher
+from sglang_ds41.engram.table import EngramTable
+
+from .model import Transformer
+
+# Checkpoint tensors the reference model does not run (vision tower, aligner, DSpark).
+UNUSED_PREFIXES = ("vision.", "aligner.", "mtp.")
+
+# Stored tensors that belong to one weight, by storage format.
+COMPANIONS = {
+    "fp8": (".weight", ".scale"),
+    "mxfp4": (".weight", ".scale"),
+    "nvfp4": (".weight", ".weight_scale", ".weight_scale_2", ".input_scale"),
+}
+
+_HC = re.compile(r"\.hc_(attn|ffn)\.(fn|base|scale)$")
+
+
+def checkpoint_name(param: str) -> str:
+    """`layers.3.hc_attn.fn` -> `layers.3.hc_attn_fn`; every other name is the checkpoint's."""
+    return _HC.sub(r".hc_\1_\2", param)
+
+
+def load_reference(
+    model_dir: str | Path,
+    dtype: torch.dtype = torch.float32,
+    token_map_cache: str | Path | None = None,
+) -> Transformer:
+    """The reference model of a checkpoint directory, weights dequantised to `dtype`.
+
+    Tensors stored as F32 (hc parameters, sinks, router biases) stay float32 in a bfloat16
+    model. `token_map_cache`: where the Engram token map is cached (see `engram.token_map`)."""
+    ckpt = Checkpoint.open(model_dir)
+    try:
+        return _load(ckpt, dtype, token_map_cache)
+    finally:
+        ckpt.close()
+
+
+def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | None) -> Transformer:
+    config, manifest = ckpt.config, ckpt.manifest
+    tokenizer = ckpt.root / "tokenizer.json"
+    if not tokenizer.is_file():
+        from sglang_ds41.assets import TOKENIZER_JSON
+
+        tokenizer = TOKENIZER_JSON
+    hasher = EngramHasher.for_tokenizer(config, tokenizer, cache_dir=token_map_cache)
+    model = Transformer(config, hasher)
+    used: set[str] = set()
+    for param, p in model.named_parameters():
+        name = checkpoint_name(param)
+        prefix = name.removesuffix(".weight")
+        fmt = manifest.format_of(prefix)
+        if fmt is None:
+            raise CheckpointError(
+                f"{ckpt.root}: model parameter {param} expects checkpoint tensor {name}, which this "
+                "checkpoint's layout does not have"
+            )
+        stored_dtype = manifest[name].dtype if name in manifest else None
+        target = torch.float32 if stored_dtype == "F32" and dtype == torch.bfloat16 else dtype
+        value = ckpt.dense(prefix, dtype=target)
+        if tuple(value.shape) != tuple(p.shape):
+            raise CheckpointError(
+                f"{ckpt.root}: tensor {name} dequantises to shape {list(value.shape)}, the model "
+                f"expects {list(p.shape)} for {param}"
+            )
+        p.data = value
+        used.update([prefix + s for s in COMPANIONS[fmt]] if fmt in COMPANIONS else [name])
+    text = config.text
+    for layer in text.engram_layer_ids:
+        prefix = f"layers.{layer}.engram"
+        model.layers[layer].engram_table = EngramTable.from_safetensors(
+            ckpt.root, prefix, pin=False, head_dim=text.engram_head_dim
+        )
+        used.update((f"{prefix}.embed.weight", f"{prefix}.embed.scale"))
+    unused = [
+        spec.name for spec in manifest if spec.name not in used and not spec.name.startswith(UNUSED_PREFIXES)
+    ]
+    if unused:
+        raise CheckpointError(
+            f"{ckpt.root}: {len(unused)} language-model tensors are not used by the reference model "
+            f"(a name-mapping bug), e.g. {unused[:5]}"
+        )
+    return model.requires_grad_(False).eval()

@@ -1,0 +1,51 @@
+"""Fixtures: one torch thread, tiny checkpoints and the Engram token-map cache, once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from sglang_ds41.checkpoint.tiny import write_tiny
+from sglang_ds41.reference import Transformer
+from sglang_ds41.reference.weights import load_reference
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Many tiny ops: on the shared 2-core CI box one thread is ~10x faster."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def token_map_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("engram-token-map")
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> Callable[..., Path]:
+    """`tiny_ckpt(variant, engram)` -> a tiny checkpoint directory (seed 0), written once."""
+    built: dict[tuple[str, str], Path] = {}
+
+    def get(variant: str = "base", engram: str = "fp8") -> Path:
+        if (variant, engram) not in built:
+            out = tmp_path_factory.mktemp(f"tiny-{variant}-{engram}")
+            built[variant, engram] = write_tiny(out, variant, engram, seed=0)
+        return built[variant, engram]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def load(tiny_ckpt, token_map_cache) -> Callable[..., Transformer]:
+    """`load(variant, engram, dtype)` -> the reference model of that tiny checkpoint (fresh)."""
+
+    def get(variant: str = "base", engram: str = "fp8", dtype: torch.dtype = torch.float64) -> Transformer:
+        return load_reference(tiny_ckpt(variant, engram), dtype, token_map_cache=token_map_cache)
+
+    return get
