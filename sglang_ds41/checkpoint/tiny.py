@@ -14,8 +14,8 @@ and on a ratio-2 layer, ratio-2 Full/Reuse, ratio-1 Full + candidate source, Rei
 Weights are random with per-tensor seeds (sha256 of seed and name), so a tensor's bytes do not
 depend on which other tensors exist. Linears have std 1/sqrt(fan_in) so every projection keeps
 unit scale, norms are 1, and the head has std 2/sqrt(D) so logits vary (std ~2) with the
-context and greedy decoding does not collapse to one token. The NVFP4 variant re-quantises the
-dequantised MXFP4 experts of the base variant (as NVIDIA converted the release), and MXFP4
+context and greedy decoding does not collapse to one token. The NVFP4 variant re-encodes the
+MXFP4 experts of the base variant losslessly (as NVIDIA converted the release), and MXFP4
 Engram tables are the FP8 tables re-encoded, so all variants of a seed are the same model up to
 quantisation.
 """
@@ -211,7 +211,8 @@ def _weights(manifest: Manifest, seed: int) -> dict[str, Any]:
             if spec.format == "mxfp4":
                 out[name], out[f"{prefix}.scale"] = codes.view(torch.int8), scales
             else:
-                w, ws, ws2 = formats.quantize_nvfp4(formats.dequantize_mxfp4(codes, scales, torch.float32))
+                # Lossless, as NVIDIA's conversion of the release was: same codes and values.
+                w, ws, ws2 = formats.mxfp4_to_nvfp4(codes, scales)
                 out[name], out[f"{prefix}.weight_scale"] = w, ws
                 out[f"{prefix}.weight_scale_2"] = ws2.reshape(())
                 out[f"{prefix}.input_scale"] = formats.nvfp4.global_scale(_NV_INPUT_AMAX).reshape(())

@@ -8,7 +8,7 @@ blocks), ``mxfp4``, ``nvfp4`` (ModelOpt layout), ``kv_quant`` (the model's KV fa
 from .checks import FormatError
 from .fp8 import dequantize_fp8_block2d, dequantize_fp8_rows, quantize_fp8_block2d, quantize_fp8_rows
 from .mxfp4 import dequantize_mxfp4, fp8_rows_to_mxfp4, quantize_mxfp4
-from .nvfp4 import dequantize_nvfp4, quantize_nvfp4
+from .nvfp4 import dequantize_nvfp4, mxfp4_to_nvfp4, quantize_nvfp4
 from .sizes import bytes_per_row
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "dequantize_mxfp4",
     "dequantize_nvfp4",
     "fp8_rows_to_mxfp4",
+    "mxfp4_to_nvfp4",
     "quantize_fp8_block2d",
     "quantize_fp8_rows",
     "quantize_mxfp4",

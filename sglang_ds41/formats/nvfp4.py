@@ -73,3 +73,32 @@ def dequantize_nvfp4(
     block_scale = (s * ws2.reshape(())).unsqueeze(-1)
     out = values.reshape(*values.shape[:-1], k // BLOCK, BLOCK) * block_scale
     return out.reshape(values.shape).to(dtype)
+
+
+def mxfp4_to_nvfp4(
+    codes: torch.Tensor, scales: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Re-express MXFP4 weights as NVFP4 without changing a single dequantised value.
+
+    The E2M1 codes are kept as they are; each 32-block's power of two ``2**e`` becomes the
+    E4M3 scale ``2**(e - g)`` of both of its 16-blocks, with a power-of-two global scale
+    ``2**g`` chosen so every block scale is an exact E4M3 value (2**-9 .. 2**8). This is how a
+    lossless conversion of the MXFP4 release to NVFP4 can be written; it fails loudly when the
+    tensor's scales span more binades than E4M3 can hold.
+    """
+    from . import e8m0
+
+    exponents = e8m0.as_bytes(scales, "mxfp4 scales").to(torch.int32) - e8m0.BIAS
+    if exponents.numel() == 0:
+        raise FormatError("mxfp4_to_nvfp4: empty scale tensor")
+    top = int(exponents.max())
+    g = top - 8  # largest block scale maps to 2**8 = 256, the top power of two below 448
+    if int(exponents.min()) - g < -9:
+        raise FormatError(
+            f"mxfp4_to_nvfp4: block exponents span [{int(exponents.min())}, {top}], more than the 18 "
+            "binades E4M3 scales cover exactly; this tensor cannot be converted losslessly"
+        )
+    block_scale = torch.pow(2.0, (exponents - g).float())
+    weight_scale = block_scale.repeat_interleave(2, dim=-1).to(torch.float8_e4m3fn)
+    global_ = torch.tensor(2.0**g, dtype=torch.float32)
+    return codes.view(torch.uint8), weight_scale, global_

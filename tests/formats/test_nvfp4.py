@@ -96,3 +96,25 @@ def test_bad_inputs_raise_clear_errors():
         dequantize_nvfp4(weight, weight_scale[:, :1], ws2)
     with pytest.raises(FormatError, match="weight_scale_2: expected a scalar"):
         dequantize_nvfp4(weight, weight_scale, torch.ones(2))
+
+
+def test_mxfp4_to_nvfp4_keeps_every_dequantised_value() -> None:
+    from sglang_ds41.formats import dequantize_mxfp4, mxfp4_to_nvfp4, quantize_mxfp4
+
+    gen = torch.Generator().manual_seed(7)
+    # Rows of very different magnitudes so the block exponents spread over many binades.
+    w = torch.randn(8, 64, generator=gen) * torch.logspace(-1.5, 1.5, 8).unsqueeze(-1)
+    codes, scales = quantize_mxfp4(w)
+    weight, weight_scale, weight_scale_2 = mxfp4_to_nvfp4(codes, scales)
+    assert torch.equal(weight, codes)
+    mx = dequantize_mxfp4(codes, scales, torch.float32)
+    nv = dequantize_nvfp4(weight, weight_scale, weight_scale_2, torch.float32)
+    assert torch.equal(mx, nv)
+
+
+def test_mxfp4_to_nvfp4_refuses_scales_beyond_e4m3_range() -> None:
+    from sglang_ds41.formats import FormatError, mxfp4_to_nvfp4
+
+    scales = torch.tensor([[127 - 20, 127 + 5]], dtype=torch.uint8)  # 25 binades apart
+    with pytest.raises(FormatError, match="losslessly"):
+        mxfp4_to_nvfp4(torch.zeros(1, 32, dtype=torch.uint8), scales)
