@@ -18,8 +18,10 @@ COMMAND_MODULES = [
     "engram_plan",
     "make_tiny",
     "inspect",
+    "convert_engram",
     "generate",
     "agent",
+    "serve",
 ]
 
 

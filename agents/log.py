@@ -1,0 +1,119 @@
+"""The append-only JSONL event log of a run: one event per line, fsync'd before the run goes on.
+
+A line is durable before the step that follows it starts, so after a crash or SIGKILL the log
+holds every completed step. A kill can tear only the last line (a partial write); `read_log`
+drops it and `EventLog` truncates it away before appending. A bad line anywhere else means the
+file was damaged or edited, and resuming refuses it.
+
+Test hook: with `SGLANG_DS41_AGENT_KILL_AFTER_EVENT=N` in the environment, the process SIGKILLs
+itself right after event number N is on disk (used to test resume at every event boundary).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from .errors import RunLogError
+from .events import Event
+
+LOG_NAME = "events.jsonl"
+KILL_ENV = "SGLANG_DS41_AGENT_KILL_AFTER_EVENT"
+
+
+def log_path(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / LOG_NAME
+
+
+def read_log(run_dir: str | os.PathLike[str]) -> list[Event]:
+    """The events of a run, minus a torn last line."""
+    path = log_path(run_dir)
+    if not path.is_file():
+        raise RunLogError(f"no event log at {path} (expected a run directory written by the agent runner)")
+    return _parse(path.read_bytes(), path)[0]
+
+
+def _parse(data: bytes, path: Path) -> tuple[list[Event], int]:
+    """(events, byte length of the intact prefix)."""
+    events: list[Event] = []
+    good = 0
+    lines = data.split(b"\n")
+    for index, line in enumerate(lines):
+        is_last = index == len(lines) - 1
+        if is_last and not line:
+            break
+        try:
+            if is_last:  # no newline after it: the write was cut
+                raise ValueError("unterminated line")
+            event = Event.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError) as error:
+            if is_last or (index == len(lines) - 2 and not lines[-1]):
+                break  # a torn final write
+            raise RunLogError(f"{path}: line {index + 1} is not a valid event ({error})") from None
+        if event.seq != len(events) + 1:
+            raise RunLogError(f"{path}: line {index + 1} has seq {event.seq}, expected {len(events) + 1}")
+        events.append(event)
+        good += len(line) + 1
+    return events, good
+
+
+class EventLog:
+    """Appends events to `run_dir/events.jsonl`, one fsync per event."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, resume: bool) -> None:
+        self.run_dir = Path(run_dir)
+        path = log_path(run_dir)
+        if resume:
+            self._count = len(self._repair(path))
+        else:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if path.exists() and path.stat().st_size:
+                raise RunLogError(f"{path} already holds a run; resume it or choose an empty run directory")
+            self._count = 0
+        self._file = open(path, "ab")  # noqa: SIM115 - kept open for the whole run
+        if not resume:
+            _fsync_dir(self.run_dir)
+        kill = os.environ.get(KILL_ENV)
+        self._kill_after = int(kill) if kill else None
+
+    @staticmethod
+    def _repair(path: Path) -> list[Event]:
+        if not path.is_file():
+            raise RunLogError(
+                f"no event log at {path} (expected a run directory written by the agent runner)"
+            )
+        data = path.read_bytes()
+        events, good = _parse(data, path)
+        if good < len(data):
+            with open(path, "r+b") as handle:
+                handle.truncate(good)
+                os.fsync(handle.fileno())
+        return events
+
+    def append(self, event: Event) -> Event:
+        self._count += 1
+        stored = Event(event.type, {**event.data, "time": round(time.time(), 3)}, self._count)
+        line = json.dumps(stored.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+        self._file.write(line.encode())
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        if self._kill_after is not None and self._count == self._kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return stored
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

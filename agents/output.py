@@ -1,0 +1,110 @@
+"""Structured final answers: a pydantic model or JSON Schema -> `response_format`, validation, repair.
+
+The schema is sent as `response_format={"type": "json_schema", ...}` so a server with a grammar
+engine can constrain decoding, but the answer is validated here too: grammar engines do not
+enforce every keyword (`minimum`, `pattern`, `minItems`, formats ...), and a server without
+one enforces nothing. A reply that fails gets a bounded number of repair turns that quote the
+errors; after that the run fails with `OutputValidationError`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import pydantic
+
+from .errors import AgentConfigError
+from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
+
+_FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """The expected shape of the final answer."""
+
+    name: str
+    schema: dict[str, Any]
+    model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
+    strict: bool = True
+    loose_schema: dict[str, Any] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, output_type: Any, name: str | None = None) -> OutputSpec | None:
+        """From a pydantic model class, a JSON Schema dict, or None (plain text)."""
+        if output_type is None or output_type is str:
+            return None
+        if isinstance(output_type, OutputSpec):
+            return output_type
+        if isinstance(output_type, type) and issubclass(output_type, pydantic.BaseModel):
+            where = f"output type {output_type.__name__}"
+            loose = clean_model_schema(output_type.model_json_schema(), where)
+            return cls(name or output_type.__name__, make_strict(loose), output_type, loose_schema=loose)
+        if isinstance(output_type, dict):
+            try:
+                jsonschema.Draft202012Validator.check_schema(output_type)
+            except jsonschema.SchemaError as error:
+                raise AgentConfigError(f"output schema is not a valid JSON Schema: {error.message}") from None
+            return cls(name or "output", output_type, None, strict=False)
+        raise AgentConfigError(
+            f"output_type must be a pydantic model class or a JSON Schema dict, got {output_type!r}"
+        )
+
+    def response_format(self) -> dict[str, Any]:
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": _safe_name(self.name), "schema": self.schema, "strict": self.strict},
+        }
+
+    def validate(self, content: str) -> tuple[Any, str | None]:
+        """(value, None) when the content is a valid answer, else (None, a message for the model)."""
+        text = content.strip()
+        fenced = _FENCE.match(text)  # tolerate a ```json fence around an otherwise valid answer
+        if fenced:
+            text = fenced.group(1).strip()
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            return None, f"the reply is not valid JSON ({error.msg} at position {error.pos})"
+        problems = list(jsonschema.Draft202012Validator(self.schema).iter_errors(value))
+        if problems:
+            problems.sort(key=lambda e: list(map(str, e.absolute_path)))
+            lines = [f"{_path(e)}: {e.message}" for e in problems[:5]]
+            return None, "the reply does not match the schema: " + "; ".join(lines)
+        if self.model is not None:
+            try:
+                if self.loose_schema is not None:
+                    value = drop_defaulted_nulls(value, self.loose_schema)
+                return self.model.model_validate(value), None
+            except pydantic.ValidationError as error:
+                lines = [
+                    f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in error.errors()[:5]
+                ]
+                return None, "the reply does not match the schema: " + "; ".join(lines)
+        return value, None
+
+
+def repair_prompt(problem: str) -> str:
+    return (
+        f"Your previous reply cannot be used: {problem}. "
+        "Reply again with only the JSON value that matches the required schema."
+    )
+
+
+def to_jsonable(value: Any) -> Any:
+    """A final output as plain JSON data (for the event log and the CLI)."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    return "/" + "/".join(map(str, error.absolute_path))
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64] or "output"

@@ -1,0 +1,296 @@
+"""Run policies as pluggable objects: limits, approval, transport retries, tool execution.
+
+The runner consults these and nothing else, so changing behaviour means passing a different
+object, not threading a new flag through the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import os
+import random
+import select
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import httpx
+import openai
+
+from .errors import IncompleteStream
+from .tools import PreparedCall, ToolContext, result_text
+
+# --------------------------------------------------------------------------------------------
+# Limits
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard bounds on one run. `None` disables a bound.
+
+    * `max_steps`: model requests (a repair retry counts as a step).
+    * `max_tool_calls`: calls the model makes, executed or answered with an error.
+    * `wall_clock_s`: time for the whole run (measured per process: a resume starts a new clock).
+    * `tool_timeout_s`: default per-call timeout; a tool may override it.
+    * `max_total_tokens`: prompt + completion tokens over all requests, as the server reports them;
+      each request's `max_tokens` is also capped by what is left.
+    * `max_tool_result_chars`: longer tool results are cut, with a note saying so.
+    """
+
+    max_steps: int | None = 20
+    max_tool_calls: int | None = 64
+    wall_clock_s: float | None = 900.0
+    tool_timeout_s: float = 60.0
+    max_total_tokens: int | None = None
+    max_tool_result_chars: int = 20_000
+    parallel_tool_calls: bool = True
+
+
+# --------------------------------------------------------------------------------------------
+# Approval
+
+
+class ApprovalPolicy(Protocol):
+    """Decides whether a tool marked `needs_approval` may run this exact call."""
+
+    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool: ...
+
+
+class DenyAll:
+    """The default: nothing that needs approval runs."""
+
+    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+        return False
+
+
+class ApproveCalls:
+    """Grants exactly the listed calls: same tool name and equal arguments (key order ignored)."""
+
+    def __init__(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        self._granted = {(name, _canonical(args)) for name, args in calls}
+
+    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+        return (tool_name, _canonical(arguments)) in self._granted
+
+
+class ApproveWith:
+    """Asks a callback (e.g. a console prompt) for each call."""
+
+    def __init__(self, decide: Any) -> None:
+        self._decide = decide
+
+    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+        return bool(self._decide(tool_name, arguments))
+
+
+def _canonical(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------------------------
+# Transport retries
+
+
+_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of a *model request* after transport errors, with exponential backoff and jitter.
+
+    A retry re-sends the same request; tools only run after a complete response was received and
+    logged, so a retry can never run a tool twice. `max_attempts` counts the first try.
+    """
+
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    jitter: float = 0.5  # the fraction of each delay that is drawn at random
+
+    def retryable(self, error: BaseException) -> bool:
+        if isinstance(error, openai.APIStatusError):
+            return error.status_code in _RETRY_STATUS
+        return isinstance(error, openai.APIConnectionError | httpx.TransportError | IncompleteStream)
+
+    def delay_s(
+        self, attempt: int, error: BaseException | None = None, rng: random.Random | None = None
+    ) -> float:
+        """Delay before retry number `attempt` (1-based); a server's Retry-After wins if larger."""
+        rng = rng or random
+        cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        delay = cap * (1 - self.jitter) + rng.uniform(0, cap * self.jitter)
+        return max(delay, _retry_after(error))
+
+
+def _retry_after(error: BaseException | None) -> float:
+    response = getattr(error, "response", None)
+    header = response.headers.get("retry-after") if response is not None else None
+    try:
+        return min(float(header), 60.0) if header else 0.0
+    except ValueError:
+        return 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Tool execution
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    status: Literal["ok", "error", "timeout"]
+    text: str
+
+
+class ToolExecutor(Protocol):
+    async def execute(self, call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolOutcome: ...
+
+
+def error_text(error: BaseException) -> str:
+    """One short line for the model: the exception type and message, never a traceback."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = f"Error: {type(error).__name__}: {message}" if message else f"Error: {type(error).__name__}"
+    return text[:500]
+
+
+class ThreadExecutor:
+    """Runs the tool in a worker thread of this process.
+
+    The tool shares memory with the caller (it may mutate Python objects), but Python cannot
+    stop a thread: on timeout the model is told so and the run goes on, while the thread runs to
+    completion in the background. Coroutine tools run on the event loop and are cancelled.
+    """
+
+    async def execute(self, call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolOutcome:
+        try:
+            if inspect.iscoroutinefunction(call.tool.fn):
+                value = await asyncio.wait_for(call.tool.invoke(call.kwargs, ctx), timeout_s)
+            else:
+                value = await asyncio.wait_for(
+                    _in_daemon_thread(call.tool.invoke, call.kwargs, ctx), timeout_s
+                )
+        except TimeoutError:
+            return ToolOutcome("timeout", f"Error: {call.tool.name} timed out after {timeout_s:g} s.")
+        except Exception as error:
+            return ToolOutcome("error", error_text(error))
+        return ToolOutcome("ok", result_text(value))
+
+
+def _in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
+    """Like `asyncio.to_thread`, but in a daemon thread outside the loop's executor, so an
+    abandoned (timed-out) tool keeps neither the event loop's shutdown nor the process waiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def work() -> None:
+        try:
+            value, error = fn(*args), None
+        except BaseException as exc:
+            value, error = None, exc
+        # RuntimeError: the loop is gone, so nobody waits for this result any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name="tool", daemon=True).start()
+    return future
+
+
+class ProcessExecutor:
+    """Runs each call in a forked child process and SIGKILLs it at the timeout.
+
+    This is the default because it is the only way to really *stop* a stuck tool (a thread
+    cannot be killed). The price: the tool's in-memory side effects stay in the child, so tools
+    must act through their return value or external state (files, network, databases); the
+    result must be text or JSON-serialisable (it is converted in the child). Falls back to
+    threads where `fork` does not exist.
+    """
+
+    async def execute(self, call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolOutcome:
+        if not hasattr(os, "fork"):
+            return await ThreadExecutor().execute(call, ctx, timeout_s)
+        # Fork from a worker thread: the child then has no running event loop of its own.
+        return await asyncio.to_thread(_run_forked, call, ctx, timeout_s)
+
+
+def _run_forked(call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolOutcome:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: run, report, and leave without running any parent cleanup
+        try:
+            os.close(read_fd)
+            try:
+                value = call.tool.invoke(call.kwargs, ctx)
+                if inspect.isawaitable(value):
+                    value = asyncio.run(value)
+                payload = {"status": "ok", "text": result_text(value)}
+            except BaseException as error:
+                payload = {"status": "error", "text": error_text(error)}
+            data = json.dumps(payload).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_fd, view) :]
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return ToolOutcome(
+                    "timeout", f"Error: {call.tool.name} timed out after {timeout_s:g} s and was stopped."
+                )
+            ready, _, _ = select.select([read_fd], [], [], remaining)
+            if ready:
+                chunk = os.read(read_fd, 1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    finally:
+        os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return ToolOutcome(
+            "error", f"Error: {call.tool.name} crashed (exit status {status}) without a result."
+        )
+    payload = json.loads(b"".join(chunks))
+    return ToolOutcome(payload["status"], payload["text"])
+
+
+def default_executor() -> ToolExecutor:
+    return ProcessExecutor() if hasattr(os, "fork") else ThreadExecutor()
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policies:
+    """Everything about *how* a run is allowed to proceed, bundled for an Agent."""
+
+    limits: Limits = field(default_factory=Limits)
+    approval: ApprovalPolicy = field(default_factory=DenyAll)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    executor: ToolExecutor = field(default_factory=default_executor)
+
+    def executor_for(self, isolation: str | None) -> ToolExecutor:
+        if isolation == "thread":
+            return ThreadExecutor()
+        if isolation == "process":
+            return ProcessExecutor()
+        return self.executor

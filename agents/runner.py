@@ -1,0 +1,612 @@
+"""`Runner`: the agent loop (sync, async, streamed) and `resume` from an event log.
+
+One step: (optional `latest_reminder`) -> model request (retried on transport errors) ->
+response logged -> its tool calls answered in call order -> next step; a response without calls
+is the final answer (validated against the output type, with bounded repair turns).
+
+The loop is driven by the state rebuilt from events (events.py), which makes resume the same
+code path as a fresh run: whatever the log says is done is not done again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from .agent import Agent, ReminderContext
+from .errors import IncompleteStream, LimitExceeded, ModelRequestError, OutputValidationError, RunLogError
+from .events import Event, PendingCall, RunState
+from .log import EventLog, read_log
+from .output import repair_prompt, to_jsonable
+from .result import RunResult
+from .tools import PreparedCall, ToolContext
+
+Input = str | list[dict[str, Any]]
+INTERRUPTED = (
+    "Error: this call was interrupted: the agent process stopped while it was running, so it may "
+    "or may not have taken effect. Check before repeating it."
+)
+TRUNCATED = (
+    "Error: not executed: the response was cut off at the token limit (finish_reason=length), so "
+    "this call may be incomplete. Make the call again if it is still needed."
+)
+
+
+def _client(client: Any, base_url: str | None, api_key: str | None) -> tuple[openai.AsyncOpenAI, bool]:
+    """(client, owned). Our RetryPolicy does the retrying, so the client's own retries are off."""
+    if client is not None:
+        return client.with_options(max_retries=0), False
+    if base_url is None:
+        raise ModelRequestError("no server: pass base_url=... (e.g. http://127.0.0.1:30000/v1) or client=...")
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+    return openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0), True
+
+
+class Runner:
+    """Runs agents. All methods are static: the runner holds no configuration."""
+
+    @staticmethod
+    async def run(
+        agent: Agent,
+        input: Input,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
+    ) -> RunResult:
+        """Run to a final answer. With `run_dir`, every event is logged there (resumable)."""
+        async with _Session(agent, client, base_url, api_key, run_dir, resume=False) as run:
+            return await run.start(input)
+
+    @staticmethod
+    def run_sync(agent: Agent, input: Input, **kwargs: Any) -> RunResult:
+        return asyncio.run(Runner.run(agent, input, **kwargs))
+
+    @staticmethod
+    def run_streamed(agent: Agent, input: Input, **kwargs: Any) -> RunStream:
+        """Iterate `async for event in Runner.run_streamed(...)`; then read `.result`."""
+
+        async def drive(publish: Callable[[Event], None]) -> RunResult:
+            async with _Session(
+                agent,
+                kwargs.get("client"),
+                kwargs.get("base_url"),
+                kwargs.get("api_key"),
+                kwargs.get("run_dir"),
+                resume=False,
+                publish=publish,
+            ) as run:
+                return await run.start(input)
+
+        return RunStream(drive)
+
+    @staticmethod
+    async def resume(
+        agent: Agent,
+        run_dir: str | os.PathLike[str],
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+    ) -> RunResult:
+        """Continue a run from its log: completed tools are not run again, nothing is lost.
+
+        A tool call that was started but has no result gets an explicit "interrupted" result
+        (or runs again if its tool is marked `idempotent`).
+        """
+        async with _Session(agent, client, base_url, api_key, run_dir, resume=True) as run:
+            return await run.resume()
+
+    @staticmethod
+    def resume_sync(agent: Agent, run_dir: str | os.PathLike[str], **kwargs: Any) -> RunResult:
+        return asyncio.run(Runner.resume(agent, run_dir, **kwargs))
+
+
+class RunStream:
+    """The events of a streamed run, persisted ones and deltas, as they happen."""
+
+    _END = object()
+
+    def __init__(self, drive: Callable[[Callable[[Event], None]], Any]) -> None:
+        self._drive = drive
+        self.result: RunResult | None = None
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        task = asyncio.create_task(self._drive(queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(self._END))
+        while (item := await queue.get()) is not self._END:
+            yield item
+        self.result = task.result()  # re-raises the run's error, if any
+
+
+class _Session:
+    """Owns the client and the log for one run or resume."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        client: Any,
+        base_url: str | None,
+        api_key: str | None,
+        run_dir: Any,
+        *,
+        resume: bool,
+        publish: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.agent, self.run_dir, self.resume, self.publish = agent, run_dir, resume, publish
+        self.client_args = (client, base_url, api_key)
+
+    async def __aenter__(self) -> _Loop:
+        events = read_log(self.run_dir) if self.resume else []
+        self.client, self.owned = _client(*self.client_args)
+        self.log = EventLog(self.run_dir, resume=self.resume) if self.run_dir is not None else None
+        return _Loop(
+            self.agent,
+            self.client,
+            self.log,
+            self.publish,
+            events,
+            str(self.run_dir) if self.run_dir is not None else None,
+        )
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.log is not None:
+            self.log.close()
+        if self.owned:
+            await self.client.close()
+
+
+@dataclass(frozen=True)
+class _Reply:
+    message: dict[str, Any]
+    finish_reason: str
+    usage: dict[str, Any] | None
+    warnings: list[str]
+
+
+class _Loop:
+    def __init__(
+        self,
+        agent: Agent,
+        client: openai.AsyncOpenAI,
+        log: EventLog | None,
+        publish: Callable[[Event], None] | None,
+        events: list[Event],
+        run_dir: str | None,
+    ) -> None:
+        self.agent, self.client, self.log, self.publish, self.run_dir = agent, client, log, publish, run_dir
+        self.state = RunState.replay(events) if events else RunState()
+        self.started = time.monotonic()
+        self.limits = agent.policies.limits
+        self.final_value: Any = None
+
+    # ---- entry points ---------------------------------------------------------------------
+
+    async def start(self, input: Input) -> RunResult:
+        messages: list[dict[str, Any]] = []
+        if self.agent.instructions:
+            messages.append({"role": "system", "content": self.agent.instructions})
+        messages += (
+            [{"role": "user", "content": input}] if isinstance(input, str) else [dict(m) for m in input]
+        )
+        self.record("run_started", messages=messages, fingerprint=self.agent.fingerprint())
+        return await self.drive()
+
+    async def resume(self) -> RunResult:
+        expected, found = self.agent.fingerprint(), self.state.fingerprint
+        if expected != found:
+            differ = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
+            raise RunLogError(
+                f"{self.run_dir}: the log was written by a different agent configuration "
+                f"({', '.join(differ)} differ: log {[found.get(k) for k in differ]}, "
+                f"agent {[expected.get(k) for k in differ]})"
+            )
+        if self.state.finished:
+            if self.agent.output is not None:
+                self.final_value, _ = self.agent.output.validate(self.state.content)
+            else:
+                self.final_value = self.state.output
+            return self.result()
+        self.record("run_resumed")
+        return await self.drive()
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    async def drive(self) -> RunResult:
+        try:
+            while not self.state.finished:
+                last = self.state.messages[-1] if self.state.messages else {}
+                if self.state.pending:
+                    await self.answer_calls()
+                elif last.get("role") == "assistant" and not last.get("tool_calls"):
+                    self.conclude(last)
+                else:
+                    await self.step()
+        except (LimitExceeded, ModelRequestError, OutputValidationError) as error:
+            self.record("run_failed", error=str(error), kind=type(error).__name__)
+            if isinstance(error, LimitExceeded | OutputValidationError):
+                error.messages = list(self.state.messages)
+            raise
+        return self.result()
+
+    def record(self, event_type: str, /, **data: Any) -> Event:
+        event = Event(event_type, data)
+        if self.log is not None:
+            event = self.log.append(event)
+        self.state.apply(event)
+        self.emit(event)
+        return event
+
+    def emit(self, event: Event) -> None:
+        if self.publish is not None:
+            self.publish(event)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def remaining_s(self) -> float | None:
+        wall = self.limits.wall_clock_s
+        return None if wall is None else wall - self.elapsed()
+
+    def check_limits(self) -> None:
+        lim, st = self.limits, self.state
+        if lim.max_steps is not None and st.steps >= lim.max_steps:
+            raise LimitExceeded(
+                f"max_steps reached: the run made {st.steps} model requests (limit {lim.max_steps})"
+            )
+        left = self.remaining_s()
+        if left is not None and left <= 0:
+            raise LimitExceeded(
+                f"wall_clock_s reached: the run took {self.elapsed():.1f} s (limit {lim.wall_clock_s:g} s)"
+            )
+        if lim.max_total_tokens is not None and st.usage.total_tokens >= lim.max_total_tokens:
+            raise LimitExceeded(
+                f"max_total_tokens reached: the run used {st.usage.total_tokens} tokens "
+                f"(limit {lim.max_total_tokens})"
+            )
+
+    async def step(self) -> None:
+        self.check_limits()
+        last = self.state.messages[-1] if self.state.messages else {}
+        if self.agent.reminder is not None and last.get("role") != "latest_reminder":
+            text = self.agent.reminder(
+                ReminderContext(
+                    step=self.state.steps + 1,
+                    tool_calls=self.state.tool_calls,
+                    total_tokens=self.state.usage.total_tokens,
+                    elapsed_s=self.elapsed(),
+                    messages=tuple(self.state.messages),
+                )
+            )
+            if text:
+                self.record(
+                    "message", message={"role": "latest_reminder", "content": text}, reason="reminder"
+                )
+        reply = await self.request_model(self.build_request())
+        for warning in reply.warnings:
+            self.emit(Event("warning", {"message": warning}))
+        self.record(
+            "model_response",
+            step=self.state.steps + 1,
+            message=reply.message,
+            finish_reason=reply.finish_reason,
+            usage=reply.usage,
+            warnings=reply.warnings,
+        )
+
+    def conclude(self, message: dict[str, Any]) -> None:
+        content = message.get("content") or ""
+        spec = self.agent.output
+        if spec is None:
+            value: Any = content
+        else:
+            value, problem = spec.validate(content)
+            if problem is not None:
+                if self.state.repairs < self.agent.max_output_repairs:
+                    self.record(
+                        "message",
+                        message={"role": "user", "content": repair_prompt(problem)},
+                        reason="repair",
+                    )
+                    return
+                raise OutputValidationError(
+                    f"the final answer never matched the output schema {spec.name!r} "
+                    f"({self.state.repairs} repair turns allowed): {problem}",
+                    content,
+                )
+        self.final_value = value
+        self.record(
+            "run_finished",
+            output=to_jsonable(value),
+            content=content,
+            finish_reason=self.state.last_finish_reason,
+        )
+
+    def result(self) -> RunResult:
+        st = self.state
+        return RunResult(
+            final_output=self.final_value,
+            content=st.content,
+            messages=list(st.messages),
+            usage=st.usage,
+            steps=st.steps,
+            tool_calls=st.tool_calls,
+            finish_reason=st.last_finish_reason,
+            run_dir=self.run_dir,
+            warnings=list(st.warnings),
+        )
+
+    # ---- model requests -------------------------------------------------------------------
+
+    def build_request(self) -> dict[str, Any]:
+        agent = self.agent
+        settings = dict(agent.model_settings)
+        extra_body = dict(settings.pop("extra_body", None) or {})
+        extra_body.setdefault("thinking", {"type": "enabled" if agent.thinking else "disabled"})
+        extra_body.setdefault("chat_template_kwargs", {"thinking": agent.thinking})
+        body: dict[str, Any] = {"model": agent.model, "messages": list(self.state.messages), **settings}
+        if agent.tools:
+            body["tools"] = [tool.to_openai() for tool in agent.tools]
+            if agent.tool_choice != "auto":
+                body["tool_choice"] = agent.tool_choice
+        if agent.output is not None:
+            # Sent on every step, not only the last: it is part of the first system block of the
+            # prompt, so changing it between steps would change the whole prompt prefix.
+            body["response_format"] = agent.output.response_format()
+        if agent.thinking and agent.reasoning_effort is not None:
+            body["reasoning_effort"] = agent.reasoning_effort
+        budget = self.limits.max_total_tokens
+        if budget is not None:
+            left = budget - self.state.usage.total_tokens
+            body["max_tokens"] = min(body.get("max_tokens", left), left)
+        body["extra_body"] = extra_body
+        return body
+
+    async def request_model(self, body: dict[str, Any]) -> _Reply:
+        policy = self.agent.policies.retry
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = self.remaining_s()
+            try:
+                if self.publish is not None:
+                    return await self.streamed_completion(body, timeout)
+                return await self.completion(body, timeout)
+            except Exception as error:
+                if isinstance(error, openai.APIStatusError) and not policy.retryable(error):
+                    raise ModelRequestError(
+                        f"the server rejected the request (HTTP {error.status_code}): {_api_message(error)}"
+                    ) from None
+                if not policy.retryable(error):
+                    raise
+                if attempt >= policy.max_attempts:
+                    raise ModelRequestError(
+                        f"model request failed after {attempt} attempts: {type(error).__name__}: {error}"
+                    ) from None
+                delay = policy.delay_s(attempt, error)
+                left = self.remaining_s()
+                if left is not None and delay >= left:
+                    raise LimitExceeded(
+                        f"wall_clock_s reached while retrying the model request ({error})"
+                    ) from None
+                self.emit(Event("retry", {"attempt": attempt, "delay_s": delay, "error": str(error)}))
+                await asyncio.sleep(delay)
+
+    async def completion(self, body: dict[str, Any], timeout: float | None) -> _Reply:
+        kwargs = {"timeout": timeout} if timeout is not None else {}
+        response = await self.client.chat.completions.create(**body, **kwargs)
+        if not response.choices:
+            raise ModelRequestError("the server returned a completion without choices")
+        choice = response.choices[0]
+        msg = choice.message
+        calls = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments},
+            }
+            for c in msg.tool_calls or []
+        ]
+        reasoning = getattr(msg, "reasoning_content", None)
+        return self.reply(msg.content, reasoning, calls, choice.finish_reason, _usage(response.usage))
+
+    async def streamed_completion(self, body: dict[str, Any], timeout: float | None) -> _Reply:
+        kwargs = {"timeout": timeout} if timeout is not None else {}
+        stream = await self.client.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}, **kwargs
+        )
+        content: list[str] = []
+        reasoning: list[str] | None = None
+        calls: dict[int, dict[str, Any]] = {}
+        finish, usage = None, None
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = _usage(chunk.usage)
+            for choice in chunk.choices:
+                delta = choice.delta
+                piece = getattr(delta, "reasoning_content", None)
+                if piece is not None:
+                    reasoning = (reasoning or []) + [piece]
+                    if piece:
+                        self.emit(Event("reasoning_delta", {"text": piece}))
+                if delta.content:
+                    content.append(delta.content)
+                    self.emit(Event("content_delta", {"text": delta.content}))
+                for tc in delta.tool_calls or []:
+                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    fn = tc.function
+                    if tc.id:
+                        slot["id"] = tc.id
+                    if fn is not None and fn.name and slot["name"] != fn.name:
+                        slot["name"] += fn.name
+                    if fn is not None and fn.arguments:
+                        slot["arguments"] += fn.arguments
+                    self.emit(
+                        Event(
+                            "tool_call_delta",
+                            {
+                                "index": tc.index,
+                                "name": slot["name"],
+                                "arguments": fn.arguments if fn else "",
+                            },
+                        )
+                    )
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+        if finish is None:
+            raise IncompleteStream("the streamed response ended before its finish_reason")
+        tool_calls = [
+            {
+                "id": c["id"] or f"call_{i}",
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"]},
+            }
+            for i, c in sorted(calls.items())
+        ]
+        joined = "".join(reasoning) if reasoning is not None else None
+        return self.reply("".join(content), joined, tool_calls, finish, usage)
+
+    def reply(
+        self,
+        content: str | None,
+        reasoning: str | None,
+        calls: list[dict[str, Any]],
+        finish: str | None,
+        usage: dict[str, Any] | None,
+    ) -> _Reply:
+        message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        warnings = []
+        if reasoning is not None or self.agent.thinking:
+            # Kept on every turn: the DeepSeek renderer re-reads it for every turn of a tool loop.
+            message["reasoning_content"] = reasoning or ""
+            if reasoning is None and calls:
+                warnings.append(
+                    "thinking is on but the server sent no reasoning_content with a tool call; is it "
+                    "started with --reasoning-parser deepseek-v41?"
+                )
+        if calls:
+            message["tool_calls"] = calls
+        return _Reply(message, finish or "stop", usage, warnings)
+
+    # ---- tool calls -----------------------------------------------------------------------
+
+    async def answer_calls(self) -> None:
+        agent, st = self.agent, self.state
+        open_calls = [c for c in st.pending if c.result is None]
+        if st.last_finish_reason == "length":
+            for call in open_calls:  # a call cut by the token limit is never executed
+                self.finish_call(call, "truncated", TRUNCATED)
+            return
+        to_run: list[PreparedCall] = []
+        for call in open_calls:
+            if call.started and not (agent.tool(call.name) and agent.tool(call.name).idempotent):
+                self.finish_call(call, "interrupted", INTERRUPTED)
+        open_calls = [c for c in open_calls if c.result is None]
+        limit = self.limits.max_tool_calls
+        if limit is not None and st.tool_calls + len(open_calls) > limit:
+            raise LimitExceeded(
+                f"max_tool_calls reached: the model asked for {len(open_calls)} more calls after "
+                f"{st.tool_calls} (limit {limit})"
+            )
+        for call in open_calls:
+            prepared = self.prepare(call)
+            if isinstance(prepared, PreparedCall):
+                to_run.append(prepared)
+                if not call.started:
+                    self.record("tool_started", call_id=call.id, name=call.name, arguments=call.arguments)
+                if not self.limits.parallel_tool_calls:
+                    await self.execute(prepared)
+        if self.limits.parallel_tool_calls:
+            await asyncio.gather(*(self.execute(p) for p in to_run))
+        self.check_retry_budgets()
+
+    def prepare(self, call: PendingCall) -> PreparedCall | None:
+        tool = self.agent.tool(call.name)
+        if tool is None:
+            names = ", ".join(t.name for t in self.agent.tools) or "none"
+            self.finish_call(
+                call,
+                "unknown_tool",
+                f"Error: there is no tool named {call.name!r}. Available tools: {names}.",
+            )
+            return None
+        prepared = tool.prepare(call.id, call.arguments)
+        if isinstance(prepared, str):
+            self.finish_call(call, "invalid_arguments", prepared)
+            return None
+        if tool.needs_approval and not self.agent.policies.approval.approve(tool.name, prepared.arguments):
+            self.finish_call(
+                call,
+                "denied",
+                f"Denied: {tool.name} needs approval for this exact call, and it was not granted.",
+            )
+            return None
+        return prepared
+
+    async def execute(self, prepared: PreparedCall) -> None:
+        tool = prepared.tool
+        timeout = tool.timeout_s if tool.timeout_s is not None else self.limits.tool_timeout_s
+        left = self.remaining_s()
+        if left is not None:
+            timeout = max(min(timeout, left), 0.001)
+        executor = self.agent.policies.executor_for(tool.isolation)
+        ctx = ToolContext(prepared.call_id, tool.name, self.run_dir)
+        outcome = await executor.execute(prepared, ctx, timeout)
+        call = next(c for c in self.state.pending if c.id == prepared.call_id)
+        self.finish_call(call, outcome.status, outcome.text)
+
+    def finish_call(self, call: PendingCall, status: str, text: str) -> None:
+        cap = self.limits.max_tool_result_chars
+        if len(text) > cap:
+            text = text[:cap] + f"\n[truncated: {len(text) - cap} more characters]"
+        self.record("tool_finished", call_id=call.id, name=call.name, status=status, result=text)
+
+    def check_retry_budgets(self) -> None:
+        for name, failures in self.state.failures.items():
+            tool = self.agent.tool(name)
+            if tool is not None and failures > tool.max_retries:
+                raise LimitExceeded(
+                    f"tool {name!r} failed {failures} times (retry budget {tool.max_retries}); "
+                    f"last result: {self.last_result(name)}"
+                )
+
+    def last_result(self, name: str) -> str:
+        ids = {
+            c["id"]
+            for m in self.state.messages
+            for c in m.get("tool_calls") or []
+            if c["function"]["name"] == name
+        }
+        for message in reversed(self.state.messages):
+            if message.get("role") == "tool" and message.get("tool_call_id") in ids:
+                return str(message.get("content"))[:200]
+        return ""
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    details = getattr(usage, "completion_tokens_details", None)
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "reasoning_tokens": getattr(details, "reasoning_tokens", None) or 0,
+    }
+
+
+def _api_message(error: openai.APIStatusError) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+    return str(error.message)

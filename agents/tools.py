@@ -1,0 +1,261 @@
+"""Tools: plain Python functions exposed to the model with a schema derived from their signature.
+
+`function_tool` reads type hints (through pydantic) and the docstring (summary + Google-style
+`Args:` or `:param x:` lines) to build a strict-mode compatible JSON Schema. Calling a tool is
+split in two so the runner can log between them: `Tool.prepare(arguments_text)` parses and
+validates the model's JSON (with `jsonschema`, against exactly the schema the model was shown),
+and `Tool.invoke(kwargs, ctx)` runs the function. Every problem becomes a short message for the
+model instead of an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints
+
+import jsonschema
+import pydantic
+
+from .errors import AgentConfigError
+from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")  # what the DeepSeek renderer accepts (§2.1)
+Isolation = Literal["process", "thread"]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Passed to a tool that declares a parameter of this type (it is left out of the schema).
+
+    `call_id` is stable across a crash and resume, so a tool can use it as an idempotency key.
+    """
+
+    call_id: str
+    tool_name: str
+    run_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A call whose arguments validated: ready to run. `arguments` is the model's parsed JSON."""
+
+    call_id: str
+    tool: Tool
+    arguments: dict[str, Any]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call.
+
+    `strict`: the schema is in strict-mode normal form (closed objects, every property required,
+    optional ones nullable). `needs_approval`: the call runs only when the run's approval policy
+    grants that exact call.
+    `max_retries`: how many failed calls (bad arguments, exceptions, timeouts) the model gets
+    before the run stops. `timeout_s`: overrides the run's per-tool timeout. `isolation`:
+    overrides the run's executor (see policies.ToolExecutor). `idempotent`: safe to run again
+    after a crash interrupted it (otherwise an interrupted call gets an explicit "interrupted"
+    result and is never re-run).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[..., Any]
+    strict: bool = True
+    needs_approval: bool = False
+    max_retries: int = 2
+    timeout_s: float | None = None
+    isolation: Isolation | None = None
+    idempotent: bool = False
+    loose_parameters: dict[str, Any] = field(default_factory=dict, repr=False)
+    model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
+    context_param: str | None = None
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.match(self.name):
+            raise AgentConfigError(
+                f"tool name {self.name!r} must match ^[a-zA-Z0-9_-]+$ and be 1-128 characters long"
+            )
+        if self.parameters.get("type") != "object":
+            raise AgentConfigError(f"tool {self.name!r}: parameters must be an object schema")
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.parameters)
+        except jsonschema.SchemaError as error:
+            raise AgentConfigError(
+                f"tool {self.name!r}: invalid parameters schema: {error.message}"
+            ) from None
+
+    def to_openai(self) -> dict[str, Any]:
+        # No `"strict": true` flag: the schema is already in strict normal form, and the flag would
+        # only make a DeepSeek server re-normalise it (dropping keywords such as minLength).
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        return {"type": "function", "function": function}
+
+    def prepare(self, call_id: str, arguments_text: str) -> PreparedCall | str:
+        """Parse and validate the model's arguments; a `str` is the error to send back instead."""
+        try:
+            arguments = json.loads(arguments_text) if arguments_text.strip() else {}
+        except json.JSONDecodeError as error:
+            where = f"{error.msg} at position {error.pos}"
+            return f"Error: the arguments for {self.name} are not valid JSON ({where})."
+        if not isinstance(arguments, dict):
+            return (
+                f"Error: the arguments for {self.name} must be a JSON object, got {type(arguments).__name__}."
+            )
+        problems = sorted(
+            jsonschema.Draft202012Validator(self.parameters).iter_errors(arguments),
+            key=lambda e: list(e.absolute_path),
+        )
+        if problems:
+            lines = [f"- {_where(e)}: {e.message}" for e in problems[:5]]
+            more = f"\n(and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            return f"Error: invalid arguments for {self.name}:\n" + "\n".join(lines) + more
+        kwargs = (
+            drop_defaulted_nulls(arguments, self.loose_parameters) if self.loose_parameters else arguments
+        )
+        if self.model is not None:
+            try:
+                validated = self.model.model_validate(kwargs)
+            except pydantic.ValidationError as error:
+                lines = [
+                    f"- {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in error.errors()[:5]
+                ]
+                return f"Error: invalid arguments for {self.name}:\n" + "\n".join(lines)
+            kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+        return PreparedCall(call_id, self, arguments, kwargs)
+
+    def invoke(self, kwargs: dict[str, Any], ctx: ToolContext) -> Any:
+        """Run the function (synchronously; coroutine functions are driven by the executor)."""
+        if self.context_param is not None:
+            kwargs = {**kwargs, self.context_param: ctx}
+        return self.fn(**kwargs)
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return path.lstrip(".") or "(arguments)"
+
+
+def result_text(value: Any) -> str:
+    """What the model sees for a tool's return value: text as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def function_tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    strict: bool = True,
+    needs_approval: bool = False,
+    max_retries: int = 2,
+    timeout_s: float | None = None,
+    isolation: Isolation | None = None,
+    idempotent: bool = False,
+) -> Any:
+    """Make a `Tool` from a function; usable as `@function_tool` or `@function_tool(...)`."""
+
+    def build(func: Callable[..., Any]) -> Tool:
+        summary, param_docs = parse_docstring(inspect.getdoc(func) or "")
+        tool_name = name if name is not None else func.__name__
+        model, context_param = _arguments_model(func, tool_name, param_docs)
+        loose = clean_model_schema(model.model_json_schema(), f"tool {tool_name!r}")
+        loose.pop("description", None)
+        return Tool(
+            name=tool_name,
+            description=description if description is not None else summary,
+            parameters=make_strict(loose) if strict else loose,
+            fn=func,
+            strict=strict,
+            needs_approval=needs_approval,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            isolation=isolation,
+            idempotent=idempotent,
+            loose_parameters=loose,
+            model=model,
+            context_param=context_param,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def _arguments_model(
+    func: Callable[..., Any], tool_name: str, param_docs: dict[str, str]
+) -> tuple[type[pydantic.BaseModel], str | None]:
+    try:
+        hints = get_type_hints(func)
+    except Exception as error:  # unresolvable forward references
+        raise AgentConfigError(f"tool {tool_name!r}: cannot read type hints ({error})") from None
+    fields: dict[str, Any] = {}
+    context_param = None
+    for pname, param in inspect.signature(func).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise AgentConfigError(f"tool {tool_name!r}: *args/**kwargs cannot be described to the model")
+        annotation = hints.get(pname, Any)
+        if annotation is ToolContext:
+            context_param = pname
+            continue
+        if pname not in hints:
+            raise AgentConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (annotation, pydantic.Field(default, description=param_docs.get(pname)))
+    model = pydantic.create_model(
+        f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    return model, context_param
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?):\s*$")
+_GOOGLE_ARG = re.compile(r"^(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_ARG = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Summary (text before the first section) and per-parameter descriptions."""
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section = None
+    current = None
+    arg_indent = None
+    for raw in doc.splitlines():
+        line = raw.strip()
+        indent = len(raw) - len(raw.lstrip())
+        header = _SECTION.match(line)
+        if header:
+            section, current, arg_indent = header.group(1), None, None
+            continue
+        sphinx = _SPHINX_ARG.match(line)
+        if sphinx:
+            current = sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+            section = "sphinx"
+            continue
+        if section is None:
+            if not line.startswith(":"):
+                summary.append(line)
+            continue
+        if section in ("Args", "Arguments", "Parameters"):
+            match = _GOOGLE_ARG.match(line)
+            if match and (arg_indent is None or indent <= arg_indent):
+                arg_indent = indent
+                current = match.group(1).lstrip("*")
+                params[current] = match.group(3).strip()
+            elif current and line:
+                params[current] = f"{params[current]} {line}".strip()
+        elif section == "sphinx" and current and line and not line.startswith(":"):
+            params[current] = f"{params[current]} {line}".strip()
+    return " ".join(" ".join(summary).split()), params

@@ -1,0 +1,64 @@
+"""Structured extraction: the answer is an `Invoice`, validated client-side, repaired if needed.
+
+python examples/agents/extract_invoice.py --base-url http://127.0.0.1:30000/v1
+python examples/agents/extract_invoice.py --scripted
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import BaseModel, Field
+from sglang_ds41.agents import Agent, Runner
+
+TEXT = "Invoice 2025-117 from ACME GmbH: 3 widgets at 4.50 EUR each, total 13.50 EUR, due 2025-12-01."
+
+
+class LineItem(BaseModel):
+    description: str
+    quantity: int = Field(ge=1)
+    unit_price: float = Field(ge=0)
+
+
+class Invoice(BaseModel):
+    number: str
+    vendor: str
+    items: list[LineItem] = Field(min_length=1)
+    total: float = Field(ge=0)
+    currency: str = Field(pattern="^[A-Z]{3}$")
+    due_date: str | None = None
+
+
+agent = Agent(
+    name="extract",
+    instructions="Extract the invoice described by the user as JSON.",
+    output_type=Invoice,
+    thinking=False,
+)
+
+
+def scripted():
+    from sglang_ds41.agents.testing import Reply, ScriptedServer
+
+    good = (
+        '{"number": "2025-117", "vendor": "ACME GmbH", "items": [{"description": "widget", "quantity": 3, '
+        '"unit_price": 4.5}], "total": 13.5, "currency": "EUR", "due_date": "2025-12-01"}'
+    )
+    # The first reply breaks `pattern` (a keyword grammar engines often skip): one repair turn.
+    return ScriptedServer(
+        [Reply(content=good.replace('"EUR"', '"euro"')), Reply(content=good)], validate=True
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url")
+    parser.add_argument("--scripted", action="store_true")
+    args = parser.parse_args()
+    if args.scripted:
+        with scripted() as server:
+            result = Runner.run_sync(agent, TEXT, base_url=server.base_url)
+    else:
+        result = Runner.run_sync(agent, TEXT, base_url=args.base_url)
+    print(result.final_output.model_dump_json(indent=2))
+    print(f"({result.steps} steps)")

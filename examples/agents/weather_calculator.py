@@ -1,0 +1,97 @@
+"""A tool agent with a weather lookup and a calculator.
+
+python examples/agents/weather_calculator.py --base-url http://127.0.0.1:30000/v1
+python examples/agents/weather_calculator.py --scripted   # no server: scripted replies
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import operator
+
+from sglang_ds41.agents import Agent, Runner, function_tool
+
+WEATHER = {"paris": 18.5, "oslo": 4.0, "tokyo": 22.0}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+}
+
+
+@function_tool
+def get_weather(city: str) -> dict:
+    """Current temperature of a city in degrees Celsius.
+
+    Args:
+        city: City name, e.g. Paris.
+    """
+    if city.lower() not in WEATHER:
+        raise KeyError(f"no weather data for {city}")
+    return {"city": city, "celsius": WEATHER[city.lower()]}
+
+
+@function_tool
+def calculate(expression: str) -> float:
+    """Evaluate an arithmetic expression (+ - * / ** and parentheses only).
+
+    Args:
+        expression: For example "(18.5 + 4) / 2".
+    """
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](value(node.operand))
+        raise ValueError("only numbers and + - * / ** are allowed")
+
+    return value(ast.parse(expression, mode="eval").body)
+
+
+agent = Agent(
+    name="weather-calculator",
+    instructions="Answer with the tools. Call independent tools in parallel.",
+    tools=[get_weather, calculate],
+    reasoning_effort="low",
+)
+
+
+def scripted():
+    from sglang_ds41.agents.testing import Reply, ScriptedServer
+
+    return ScriptedServer(
+        [
+            Reply(
+                reasoning_content="Look up both cities.",
+                tool_calls=[("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})],
+            ),
+            Reply(
+                reasoning_content="Average them.",
+                tool_calls=[("calculate", {"expression": "(18.5 + 4.0) / 2"})],
+            ),
+            Reply(reasoning_content="Done.", content="Paris 18.5 °C, Oslo 4.0 °C; the average is 11.25 °C."),
+        ],
+        validate=True,
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url")
+    parser.add_argument("--scripted", action="store_true")
+    args = parser.parse_args()
+    question = "What is the average temperature of Paris and Oslo right now?"
+    if args.scripted:
+        with scripted() as server:
+            result = Runner.run_sync(agent, question, base_url=server.base_url)
+    else:
+        result = Runner.run_sync(agent, question, base_url=args.base_url)
+    print(result.final_output)
+    print(f"({result.steps} steps, {result.tool_calls} tool calls, {result.usage.total_tokens} tokens)")

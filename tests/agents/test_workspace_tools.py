@@ -1,0 +1,77 @@
+"""Bundled file tools: confined to the workspace root, size-limited, delete needs approval."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from sglang_ds41.agents import ToolContext, workspace_tools
+from sglang_ds41.agents.workspace_tools import Workspace, WorkspaceError
+
+
+@pytest.fixture
+def ws(tmp_path):
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.txt").write_text("hello")
+    (tmp_path / "secret.txt").write_text("top secret")
+    return Workspace(root, max_file_bytes=100)
+
+
+def test_reads_writes_and_lists_inside_the_root(ws):
+    assert ws.read("sub/a.txt") == "hello"
+    assert ws.read("./sub/./a.txt") == "hello"
+    assert ws.write("new/dir/b.txt", "data") == "wrote 4 bytes to new/dir/b.txt"
+    assert (ws.root / "new" / "dir" / "b.txt").read_text() == "data"
+    ws.write("new/dir/b.txt", "+more", append=True)
+    assert ws.read("new/dir/b.txt") == "data+more"
+    assert ws.listing(".") == "new/\nsub/"
+    assert ws.listing("sub") == "a.txt (5 bytes)"
+
+
+@pytest.mark.parametrize(
+    "path", ["../secret.txt", "sub/../../secret.txt", "/etc/passwd", "~/x", "..\\secret.txt", ""]
+)
+def test_paths_outside_the_root_are_refused(ws, path):
+    with pytest.raises(WorkspaceError):
+        ws.read(path)
+    with pytest.raises(WorkspaceError):
+        ws.write(path, "x")
+
+
+def test_symlinks_are_never_followed(ws, tmp_path):
+    os.symlink(tmp_path / "secret.txt", ws.root / "link.txt")
+    os.symlink(tmp_path, ws.root / "linkdir")
+    with pytest.raises(WorkspaceError, match="symlinks are not followed"):
+        ws.read("link.txt")
+    with pytest.raises(WorkspaceError, match="symlinks are not followed"):
+        ws.read("linkdir/secret.txt")
+    with pytest.raises(WorkspaceError):
+        ws.write("link.txt", "overwrite the target")
+    with pytest.raises(WorkspaceError):
+        ws.write("linkdir/new.txt", "escape")
+    assert (tmp_path / "secret.txt").read_text() == "top secret"
+    assert not (tmp_path / "new.txt").exists()
+    assert "link.txt (symlink, not followed)" in ws.listing(".")
+    ws.delete("link.txt")  # removes the link, not its target
+    assert (tmp_path / "secret.txt").exists()
+
+
+def test_size_limits(ws):
+    (ws.root / "big.txt").write_text("x" * 101)
+    with pytest.raises(WorkspaceError, match="has 101 bytes; the limit is 100"):
+        ws.read("big.txt")
+    with pytest.raises(WorkspaceError, match="would have 101 bytes"):
+        ws.write("c.txt", "y" * 101)
+    ws.write("d.txt", "z" * 60)
+    with pytest.raises(WorkspaceError, match="would have 120 bytes"):
+        ws.write("d.txt", "z" * 60, append=True)
+
+
+def test_tool_set_has_no_shell_and_delete_needs_approval(tmp_path):
+    tools = {t.name: t for t in workspace_tools(tmp_path)}
+    assert set(tools) == {"list_dir", "read_file", "write_file", "append_file", "delete_file"}
+    assert [n for n, t in tools.items() if t.needs_approval] == ["delete_file"]
+    assert set(t.name for t in workspace_tools(tmp_path, writable=False)) == {"list_dir", "read_file"}
+    call = tools["write_file"].prepare("c", '{"path": "n.txt", "content": "hi"}')
+    assert tools["write_file"].invoke(call.kwargs, ToolContext("c", "write_file")) == "wrote 2 bytes to n.txt"
