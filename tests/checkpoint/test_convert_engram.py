@@ -1,0 +1,305 @@
+"""`convert-engram` on tiny checkpoints: exact output, resumability, and clean failures (issue 7)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from sglang_ds41.checkpoint import convert_engram as ce
+from sglang_ds41.checkpoint.engram_recode import fp8_to_mxfp4, mxfp4_to_fp8, recode
+from sglang_ds41.checkpoint.inspect import inspect_checkpoint
+from sglang_ds41.checkpoint.reader import CheckpointError
+from sglang_ds41.checkpoint.st_writer import OutputError
+from sglang_ds41.formats import dequantize_fp8_rows, dequantize_mxfp4, fp8_rows_to_mxfp4, quantize_mxfp4
+
+TABLES = ("layers.1.engram.embed", "layers.2.engram.embed")  # the tiny config's Engram layers
+
+
+def _convert(src: Path, dst: Path, to: str = "mxfp4", **kw) -> ce.Result:
+    return ce.convert(src, dst, to, log=lambda _: None, **kw)
+
+
+def _tensors(root: Path) -> dict[str, torch.Tensor]:
+    weight_map = json.loads((root / "model.safetensors.index.json").read_text())["weight_map"]
+    out = {}
+    for file in sorted(set(weight_map.values())):
+        with safe_open(str(root / file), framework="pt") as f:
+            out.update({name: f.get_tensor(name) for name in f.keys()})  # noqa: SIM118
+    return out
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if not p.name.startswith(".")}
+
+
+@pytest.fixture(scope="module")
+def converted(tiny_dir, tmp_path_factory):
+    """`converted(variant)` -> the MXFP4 conversion of the FP8 tiny checkpoint (once per variant)."""
+    done: dict[str, Path] = {}
+
+    def get(variant: str = "base") -> Path:
+        if variant not in done:
+            dst = tmp_path_factory.mktemp(f"conv-{variant}") / "out"
+            _convert(tiny_dir(variant, "fp8"), dst)
+            done[variant] = dst
+        return done[variant]
+
+    return get
+
+
+# --- the result ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["base", "nvfp4"])
+def test_conversion_equals_make_tiny_mxfp4_of_the_same_seed_byte_for_byte(converted, tiny_dir, variant):
+    # make-tiny builds its MXFP4 tables as fp8_rows_to_mxfp4 of the FP8 ones (tiny.py) and writes
+    # with safetensors.save_file: every file, headers included, must come out the same. config.json
+    # equal as JSON: make-tiny inserts the Engram entries before NVIDIA's, we append them.
+    out, want = _files(converted(variant)), _files(tiny_dir(variant, "mxfp4"))
+    assert json.loads(out.pop("config.json")) == json.loads(want.pop("config.json"))
+    assert out == want
+    out = converted(variant)
+    summary = inspect_checkpoint(out)
+    assert summary["engram_format"] == "mxfp4" and summary["variant"] == variant
+
+
+def test_non_engram_tensors_are_byte_identical_and_tables_are_mxfp4_of_the_fp8_values(converted, tiny_dir):
+    src, out = _tensors(tiny_dir()), _tensors(converted())
+    assert set(src) == set(out)
+    tables = {f"{t}.{p}" for t in TABLES for p in ("weight", "scale")}
+    for name in set(src) - tables:
+        a, b = src[name], out[name]
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.view(-1).view(torch.uint8).equal(b.view(-1).view(torch.uint8)), name
+    for t in TABLES:
+        exact = dequantize_fp8_rows(src[f"{t}.weight"], src[f"{t}.scale"], dtype=torch.float32)
+        codes, scales = quantize_mxfp4(exact)
+        assert out[f"{t}.weight"].dtype == torch.uint8 and out[f"{t}.weight"].shape == (exact.shape[0], 16)
+        assert out[f"{t}.weight"].equal(codes)
+        assert out[f"{t}.scale"].view(torch.uint8).equal(scales.view(torch.uint8))
+
+
+def test_reverse_conversion_restores_the_mxfp4_values_exactly(tiny_dir, tmp_path):
+    # MXFP4 -> FP8 is lossless: every decoded table value and every other tensor is unchanged.
+    src = tiny_dir("base", "mxfp4")
+    _convert(src, tmp_path / "fp8", "fp8")
+    assert inspect_checkpoint(tmp_path / "fp8")["engram_format"] == "fp8"
+    config = json.loads((tmp_path / "fp8" / "config.json").read_text())["quantization_config"]
+    assert not any(k.startswith("engram_embed") for k in config)  # reads as the official FP8 release
+    a, b = _tensors(src), _tensors(tmp_path / "fp8")
+    for t in TABLES:
+        mx = dequantize_mxfp4(a[f"{t}.weight"], a[f"{t}.scale"], torch.float32)
+        fp8 = dequantize_fp8_rows(b[f"{t}.weight"], b[f"{t}.scale"], dtype=torch.float32)
+        assert torch.equal(mx, fp8)
+
+
+def test_fast_recoding_equals_the_definition_on_every_byte_and_scale():
+    rng = np.random.default_rng(0)
+    weight, scale = [], []
+    for s in range(256):  # each row: all 256 E4M3 bytes once, all 8 blocks with scale byte s
+        weight.append(rng.permutation(256).astype(np.uint8))
+        scale.append(np.full(8, s, np.uint8))
+    for mag in range(128):  # blocks whose largest magnitude byte is `mag`, at edge scales
+        for s in (0, 1, 9, 127, 200, 246, 247, 254):
+            w = rng.integers(0, mag + 1, 256) | (rng.integers(0, 2, 256) << 7)
+            weight.append(w.astype(np.uint8))
+            scale.append(np.full(8, s, np.uint8))
+    w, s = np.stack(weight), np.stack(scale)
+    w[::5, :32] &= 0x80  # all-zero blocks, with +0 and -0
+    codes, scales = fp8_to_mxfp4(w, s)
+    ref_codes, ref_scales = fp8_rows_to_mxfp4(
+        torch.from_numpy(w).view(torch.float8_e4m3fn), torch.from_numpy(s).view(torch.float8_e8m0fnu)
+    )
+    assert np.array_equal(codes, ref_codes.numpy())
+    assert np.array_equal(scales, ref_scales.view(torch.uint8).numpy())
+    # and back: lossless up to the sign of zero (-0 re-encodes as +0, formats/e2m1.py)
+    back = fp8_to_mxfp4(*mxfp4_to_fp8(codes, scales))[0]
+    finite = np.isfinite(dequantize_mxfp4(torch.from_numpy(codes), ref_scales, torch.float32).numpy()).all(1)
+    nibbles = np.stack([codes & 0xF, codes >> 4])
+    positive_zero = np.where(nibbles == 8, 0, nibbles)
+    assert np.array_equal((positive_zero[0] | positive_zero[1] << 4)[finite], back[finite])
+
+
+def test_reference_logits_on_the_converted_checkpoint_stay_within_the_bound(converted, tiny_dir, tmp_path):
+    """MXFP4 tables change the tiny model's logits (its random Engram path is large), but by far
+    less than removing Engram does; the measured numbers are printed (pytest -s)."""
+    reference = pytest.importorskip("sglang_ds41.reference.weights")
+    torch.set_num_threads(1)
+    load = lambda root: reference.load_reference(root, torch.float64, token_map_cache=tmp_path)  # noqa: E731
+    source, mx, ablated = load(tiny_dir()), load(converted()), load(tiny_dir())
+    for block in ablated.layers:
+        if block.engram_table is not None:
+            real = block.engram_table.lookup
+            block.engram_table.lookup = lambda ids, real=real: torch.zeros_like(real(ids))
+    ids = torch.randint(3, 128000, (48,), generator=torch.Generator().manual_seed(5))
+    ids[0] = 0
+    logits = [m(ids, m.new_state(), None) for m in (source, mx, ablated)]
+    err = lambda x: float(((x - logits[0]).norm(dim=-1) / logits[0].norm(dim=-1)).mean())  # noqa: E731
+    mx_err, ablated_err = err(logits[1]), err(logits[2])
+    print(f"mean relative logit error: MXFP4 Engram {mx_err:.3f}, Engram removed {ablated_err:.3f}")
+    assert 0 < mx_err < 0.6 * ablated_err  # measured 0.364 vs 0.880 (float64, deterministic)
+    assert mx_err < 0.5
+
+
+# --- resuming -----------------------------------------------------------------------------------
+
+
+def _killed_run(src: Path, dst: Path, at: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, ce.KILL_ENV: at}
+    cmd = [sys.executable, "-m", "sglang_ds41", "convert-engram", str(src), str(dst)]
+    cmd += ["--chunk-rows", "64", "--no-progress"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("at", ["chunk:5", "commit:2", "journal:4", "chunk:500"])
+def test_killed_conversion_resumes_to_identical_files(converted, tiny_dir, tmp_path, at):
+    dst = tmp_path / "out"
+    done = _killed_run(tiny_dir(), dst, at)
+    assert done.returncode == -9, done.stderr
+    want = _files(converted())
+    for p in dst.iterdir():  # whatever exists under a final name is complete and final
+        assert p.name.endswith(".partial") or p.name == ce.JOURNAL or p.read_bytes() == want[p.name], p.name
+    assert not (dst / "config.json").exists()
+    recorded = set(json.loads((dst / ce.JOURNAL).read_text())["shards"])
+    assert bool(recorded) == (at != "chunk:5")  # chunk 5 is still in the first shard
+    result = _convert(tiny_dir(), dst, chunk_rows=100)
+    assert set(result.skipped) == recorded  # finished shards are kept, the rest redone
+    assert _files(dst) == want
+    assert not list(dst.glob("*.partial"))
+
+
+def test_rerun_of_a_finished_conversion_only_verifies(converted, tiny_dir):
+    result = _convert(tiny_dir(), converted())
+    assert result.written == [] and result.verification.tables
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def _no_partial_output(dst: Path) -> None:
+    names = {p.name for p in dst.iterdir()} if dst.exists() else set()
+    assert not {n for n in names if n.endswith(".partial")}
+    assert names <= {ce.JOURNAL}, names  # nothing else was completed before the failure
+
+
+def test_source_already_mxfp4_is_refused(tiny_dir, tmp_path):
+    with pytest.raises(ce.ConvertError, match=r"already MXFP4"):
+        _convert(tiny_dir("base", "mxfp4"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_format_is_refused(tiny_dir, tmp_path):
+    with pytest.raises(ce.ConvertError, match=r"unknown Engram format 'nvfp4'"):
+        _convert(tiny_dir(), tmp_path / "out", "nvfp4")
+
+
+def test_missing_shard_is_named(tiny_dir, clone, tmp_path):
+    src = clone(tiny_dir())
+    (src / "model-00002-of-00006.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"missing shard model-00002-of-00006.safetensors"):
+        _convert(src, tmp_path / "out")
+
+
+def test_destination_with_other_content_or_another_source_is_refused(converted, tiny_dir, tmp_path):
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(ce.ConvertError, match=r"not empty \(notes.txt\)"):
+        _convert(tiny_dir(), tmp_path / "other")
+    with pytest.raises(ce.ConvertError, match=r"holds a different conversion"):
+        _convert(tiny_dir("nvfp4"), converted())
+
+
+def _failing_pwrite(after: int, code: int):
+    budget = [after]
+
+    def pwrite(fd: int, data, offset: int) -> int:
+        if budget[0] <= 0:
+            raise OSError(code, os.strerror(code))
+        n = min(len(data), budget[0])
+        budget[0] -= n
+        return os.pwrite(fd, data[:n], offset)
+
+    return pwrite
+
+
+def test_disk_full_mid_shard_names_the_file_and_leaves_no_partial_output(tiny_dir, tmp_path):
+    dst = tmp_path / "out"
+    with pytest.raises(
+        OutputError, match=r"disk full while writing .*model-00001-of-00006.safetensors; [\d,]+ more"
+    ):
+        _convert(tiny_dir(), dst, pwrite=_failing_pwrite(2_000_000, errno.ENOSPC))
+    _no_partial_output(dst)
+
+
+def test_read_only_target_is_reported(tiny_dir, tmp_path):
+    with pytest.raises(OutputError, match=r"read-only or not writable"):
+        _convert(tiny_dir(), tmp_path / "out", pwrite=_failing_pwrite(0, errno.EROFS))
+    _no_partial_output(tmp_path / "out")
+
+
+def _mount(*args: str) -> bool:
+    return os.geteuid() == 0 and subprocess.run(["mount", *args], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 8 MiB filesystem (root only): the tiny conversion needs ~49 MB."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    if not _mount("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)):
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_real_full_disk_is_caught_before_and_during_writing(tiny_dir, small_tmpfs):
+    dst = small_tmpfs / "out"
+    with pytest.raises(OutputError, match=r"not enough space .* needs [\d,]+ bytes"):
+        _convert(tiny_dir(), dst)
+    with pytest.raises(OutputError, match=r"disk full while writing .*model-00001-of-00006.safetensors"):
+        _convert(tiny_dir(), dst, check_space=False)
+    _no_partial_output(dst)
+
+
+def test_real_read_only_mount_is_reported(tiny_dir, tmp_path):
+    target, view = tmp_path / "target", tmp_path / "ro"
+    target.mkdir()
+    view.mkdir()
+    if not (_mount("--bind", str(target), str(view)) and _mount("-o", "remount,ro,bind", str(view))):
+        subprocess.run(["umount", str(view)], capture_output=True)
+        pytest.skip("cannot make a read-only bind mount here")
+    try:
+        with pytest.raises(OutputError, match=r"read-only"):
+            _convert(tiny_dir(), view / "out")
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+    assert not list(target.iterdir())
+
+
+def test_cli_dry_run_prints_the_plan_and_writes_nothing(tiny_dir, tmp_path):
+    cmd = [sys.executable, "-m", "sglang_ds41", "convert-engram", str(tiny_dir()), str(tmp_path / "out")]
+    done = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "FP8 -> MXFP4: layer 1 (434 rows), layer 2 (606 rows)" in done.stdout
+    assert "time estimate" in done.stdout and "bytes out" in done.stdout
+    assert not (tmp_path / "out").exists()
+    refused = subprocess.run([*cmd, "--to", "nvfp4"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "unknown Engram format" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_threaded_recoding_equals_one_thread():
+    rng = np.random.default_rng(1)
+    w = rng.integers(0, 256, (20_000, 32), dtype=np.uint8)  # includes NaN bytes: slow-path rows
+    s = rng.integers(100, 150, (20_000, 1), dtype=np.uint8)
+    one, four = recode("mxfp4", w, s, workers=1), recode("mxfp4", w, s, workers=4)
+    assert np.array_equal(one[0], four[0]) and np.array_equal(one[1], four[1])
