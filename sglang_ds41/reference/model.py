@@ -41,6 +41,7 @@ from sglang_ds41.model import (
     first_pre,
     upcast,
 )
+from sglang_ds41.model.vision import place_image
 
 from .state import RequestState
 
@@ -129,10 +130,7 @@ class Transformer(nn.Module):
     def image_span(self, cells: torch.Tensor) -> torch.Tensor:
         """Aligner output [n_h, n_w, D] -> the span's input embeddings [n_h * (n_w + 1) + 2, D]:
         START, each row of cells followed by NEWLINE, END (§7.3)."""
-        n_h, _, d = cells.shape
-        newline = self.image_newline.to(cells.dtype).expand(n_h, 1, d)
-        rows = torch.cat([cells, newline], dim=1).flatten(0, 1)
-        return torch.cat([self.image_start[None].to(cells.dtype), rows, self.image_end[None].to(cells.dtype)])
+        return place_image(cells, self.image_start, self.image_newline, self.image_end)
 
     @torch.no_grad()
     def forward(
