@@ -1,0 +1,108 @@
+"""Patches applied inside every SGLang server process that `sglang-ds41 serve` starts.
+
+They run from `_pythonpath/sitecustomize.py` (the serve command puts that folder on
+PYTHONPATH, and SGLang's scheduler, detokenizer and TP ranks inherit it), before SGLang is
+imported, so each patch waits for its target module with an import hook.
+
+* On a CPU-only machine (`SGLANG_USE_CPU_ENGINE=1`): the `sgl_kernel` CPU-op shim (`cpu/`).
+* Always: keep our architecture names. SGLang 0.5.23 maps a `deepseek_v41` config whose
+  architectures are exactly `["DeepseekV41ForCausalLM"]` to its own CUDA-only
+  `DeepseekV4ForCausalLM` (`normalize_deepseek_v41_config` in `srt/configs/deepseek_v41.py`);
+  the patch undoes that rename so the model registry finds our backend.
+* Always: images. SGLang picks the multimodal processor by architecture name, and registers
+  its V4.1 image processor only under `DeepseekV4ForCausalLM`; a V4.1 checkpoint (it has a
+  vision tower) under our name gets that processor too.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+
+from sglang_ds41.backend.architectures import OUR_ARCHITECTURES, V41
+
+V41_CONFIG_MODULE = "sglang.srt.configs.deepseek_v41"
+MM_PROCESSOR_MODULE = "sglang.srt.managers.multimodal_processor"
+
+
+def keep_architectures(normalize: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """Wrap SGLang's V4.1 config normaliser so that our architecture names survive it."""
+
+    def normalize_keeping_ours(values):
+        given = dict(values).get("architectures")
+        out = normalize(values)
+        if given and given[0] in OUR_ARCHITECTURES:
+            out["architectures"] = list(given)
+        return out
+
+    normalize_keeping_ours.__wrapped__ = normalize
+    return normalize_keeping_ours
+
+
+def _patch_v41_config(module: ModuleType) -> None:
+    module.normalize_deepseek_v41_config = keep_architectures(module.normalize_deepseek_v41_config)
+
+
+def _patch_mm_processor(module: ModuleType) -> None:
+    find = module.get_mm_processor_cls
+
+    def get_mm_processor_cls(hf_config, model_config=None):
+        found = find(hf_config, model_config)
+        if found is None and V41 in (getattr(hf_config, "architectures", None) or []):
+            from sglang.srt.multimodal.processors.deepseek_v41 import DeepseekV41ImageProcessor
+
+            return DeepseekV41ImageProcessor
+        return found
+
+    module.get_mm_processor_cls = get_mm_processor_cls
+
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    V41_CONFIG_MODULE: _patch_v41_config,
+    MM_PROCESSOR_MODULE: _patch_mm_processor,
+}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `patch(module)` right after `name` is executed, before anyone imports from it."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module, patch = spec.loader.exec_module, self.patch
+
+        def exec_then_patch(module: ModuleType) -> None:
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_then_patch
+        return spec
+
+
+def install() -> None:
+    """Install the patches this process needs (idempotent; cheap: imports nothing heavy)."""
+    if any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        return
+    if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
+        from sglang_ds41.backend import cpu
+
+        cpu.install()
+    for name, patch in PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, patch))

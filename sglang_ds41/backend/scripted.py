@@ -1,0 +1,256 @@
+"""A test-only model whose output is scripted, served by the real SGLang server.
+
+Random weights spell `｜DSML｜` with byte tokens, so the server's token-level DSML and
+reasoning parsers never see a real tool call from them. This model ignores its weights and
+emits a fixed V4.1 token sequence chosen by a trigger string in the last user turn; so
+`--reasoning-parser deepseek-v41` and `--tool-call-parser deepseekv41` parse real tokens.
+
+What it emits depends only on the request's whole token sequence (read back through a
+per-KV-slot copy of the token ids), so it survives chunked prefill and radix prefix hits:
+
+* the generation starts after the last `<｜Assistant｜>` and its `<think>`/`</think>` token;
+* the script is the first one whose trigger ids occur after the last `<｜User｜>` (tool
+  results are user turns too, so an agent loop gets the default reply after a tool call),
+  else the default script;
+* after `<think>` it writes the script's reasoning, `</think>`, then its content; after
+  `</think>` only the content; then EOS. Anything that leaves the script (a forced prefix it
+  does not match, a prompt without `<｜Assistant｜>`) gets EOS.
+
+The checkpoint (`write_scripted_checkpoint`) is config.json (architecture
+`DeepseekV41ScriptedForCausalLM`, scripts as token ids), the real V4.1 tokenizer, and one
+placeholder tensor so that SGLang's default weight loader has a file to read.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from sglang_ds41.backend.architectures import V41_SCRIPTED
+from sglang_ds41.encoding.special_tokens import Special
+from sglang_ds41.errors import Ds41Error
+
+SCRIPT_FIELD = "ds41_scripts"
+
+TOOL_TRIGGER = "[script:tool]"
+JSON_TRIGGER = "[script:json]"
+
+WEATHER_CALL_TEXT = (
+    "\n\n<｜DSML｜ calls>\n"
+    '<｜DSML｜ invoke name="get_weather">\n'
+    '<｜DSML｜ parameter name="city" string="true">Paris</｜DSML｜ parameter>\n'
+    '<｜DSML｜ parameter name="unit" string="true">c</｜DSML｜ parameter>\n'
+    "</｜DSML｜ invoke>\n"
+    "</｜DSML｜ calls>"
+)
+PERSON_JSON_TEXT = '{"name":"bob","age":39,"ok":false}'
+
+
+@dataclass(frozen=True)
+class Script:
+    """One scripted answer; `trigger=None` marks the default (no trigger in the user turn)."""
+
+    name: str
+    trigger: str | None
+    reasoning: str
+    content: str
+
+
+DEFAULT_SCRIPTS = (
+    Script("tool", TOOL_TRIGGER, "The user wants the weather; I call get_weather.", WEATHER_CALL_TEXT),
+    Script("json", JSON_TRIGGER, "I write the person as JSON.", PERSON_JSON_TEXT),
+    Script("default", None, "A greeting; I answer briefly.", "Hello! I am the scripted test model."),
+)
+
+
+def script_ids(text: str) -> list[int]:
+    """Token ids a V4.1 model would emit for `text`: special spellings as their single ids,
+    the text between them through the BPE without the added vocabulary."""
+    from sglang_ds41.encoding.prompt_ids import encode_text
+
+    by_spelling = {s.value: s.id for s in Special}
+    ids: list[int] = []
+    rest = text
+    while rest:
+        hits = [(rest.find(sp), sp) for sp in by_spelling if sp in rest]
+        if not hits:
+            ids += encode_text(rest)
+            break
+        at, spelling = min(hits)
+        ids += [*encode_text(rest[:at]), by_spelling[spelling]]
+        rest = rest[at + len(spelling) :]
+    return ids
+
+
+def scripts_config(scripts: Sequence[Script]) -> list[dict]:
+    """The config.json form of `scripts`: token ids (what the model uses) plus the texts."""
+    defaults = [s for s in scripts if s.trigger is None]
+    if len(defaults) != 1:
+        raise Ds41Error(f"scripted model: expected exactly one default script, got {len(defaults)}")
+    return [
+        {
+            "name": s.name,
+            "trigger": s.trigger,
+            "trigger_ids": None if s.trigger is None else script_ids(s.trigger),
+            "reasoning_ids": script_ids(s.reasoning),
+            "content_ids": script_ids(s.content),
+        }
+        for s in scripts
+    ]
+
+
+def scripted_config(scripts: Sequence[Script] = DEFAULT_SCRIPTS) -> dict:
+    """config.json of the scripted checkpoint: V4.1's model type and vocabulary, one tiny
+    layer (SGLang sizes its KV pool from these fields; the model never attends)."""
+    return {
+        "architectures": [V41_SCRIPTED],
+        "model_type": "deepseek_v41",
+        "dtype": "bfloat16",
+        "bos_token_id": Special.BOS.id,
+        "eos_token_id": Special.EOS.id,
+        "pad_token_id": 2,
+        "vocab_size": 129280,
+        "hidden_size": 16,
+        "intermediate_size": 16,
+        "moe_intermediate_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 1,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "qk_rope_head_dim": 16,
+        "qk_nope_head_dim": 0,
+        "v_head_dim": 16,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": False,
+        SCRIPT_FIELD: scripts_config(scripts),
+    }
+
+
+def write_scripted_checkpoint(out_dir: str | Path, scripts: Sequence[Script] = DEFAULT_SCRIPTS) -> Path:
+    """Write the scripted checkpoint to `out_dir` (created; must be empty or absent)."""
+    from safetensors.torch import save_file
+
+    from sglang_ds41.assets import TOKENIZER_DIR
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise Ds41Error(f"scripted checkpoint: {out} exists and is not empty")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(scripted_config(scripts), indent=2, ensure_ascii=False))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(TOKENIZER_DIR / name, out / name)
+    save_file({"scripted.placeholder": torch.zeros(1)}, str(out / "model.safetensors"))
+    return out
+
+
+def _find(seq: Sequence[int], sub: Sequence[int], start: int = 0) -> int:
+    n = len(sub)
+    for i in range(start, len(seq) - n + 1):
+        if list(seq[i : i + n]) == list(sub):
+            return i
+    return -1
+
+
+def _last(seq: Sequence[int], token: int) -> int:
+    for i in range(len(seq) - 1, -1, -1):
+        if seq[i] == token:
+            return i
+    return -1
+
+
+def next_scripted_token(seq: Sequence[int], scripts: Sequence[dict]) -> int:
+    """The token the scripted model emits after the token sequence `seq` (prompt + output)."""
+    eos = Special.EOS.id
+    assistant = _last(seq, Special.ASSISTANT.id)
+    if assistant < 0 or assistant + 1 >= len(seq):
+        return eos
+    header = seq[assistant + 1]
+    if header not in (Special.THINK_START.id, Special.THINK_END.id):
+        return eos
+    user = _last(seq[:assistant], Special.USER.id)
+    turn = seq[user + 1 : assistant] if user >= 0 else seq[:assistant]
+    script = next(
+        (s for s in scripts if s["trigger_ids"] and _find(turn, s["trigger_ids"]) >= 0),
+        next(s for s in scripts if s["trigger_ids"] is None),
+    )
+    planned = [*script["content_ids"], eos]
+    if header == Special.THINK_START.id:
+        planned = [*script["reasoning_ids"], Special.THINK_END.id, *planned]
+    written = list(seq[assistant + 2 :])
+    if len(written) >= len(planned) or planned[: len(written)] != written:
+        return eos
+    return planned[len(written)]
+
+
+class DeepseekV41ScriptedForCausalLM(nn.Module):
+    """SGLang model class of the scripted checkpoint (see the module docstring)."""
+
+    def __init__(self, config, quant_config=None, prefix: str = "") -> None:
+        from sglang.srt.layers.logits_processor import LogitsProcessor
+        from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead
+
+        super().__init__()
+        scripts = getattr(config, SCRIPT_FIELD, None)
+        if not scripts:
+            raise Ds41Error(
+                f"scripted model: config.json has no {SCRIPT_FIELD!r} (see write_scripted_checkpoint)"
+            )
+        self.config = config
+        self.scripts = list(scripts)
+        self.hidden_size = config.hidden_size
+        # Zero logits for every token from SGLang's own head and logits processor, so that
+        # batching, logprobs and TP gathering behave as for a real model; forward() then
+        # overwrites the last-token logits with the script.
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, prefix=f"{prefix}lm_head")
+        self.logits_processor = LogitsProcessor(config)
+        # token id held in each KV slot: the whole sequence of any request, prefix hits included
+        self.slot_tokens = torch.zeros(0, dtype=torch.long)
+
+    def _remember(self, input_ids: torch.Tensor, slots: torch.Tensor) -> None:
+        need = int(slots.max()) + 1 if slots.numel() else 0
+        if need > self.slot_tokens.numel():
+            grown = torch.zeros(max(need, 2 * self.slot_tokens.numel()), dtype=torch.long)
+            grown[: self.slot_tokens.numel()] = self.slot_tokens
+            self.slot_tokens = grown
+        self.slot_tokens[slots.long().cpu()] = input_ids.long().cpu()
+
+    def _sequence(self, req_to_token: torch.Tensor, row: int, length: int) -> list[int]:
+        return self.slot_tokens[req_to_token[row, :length].long().cpu()].tolist()
+
+    @torch.no_grad()
+    def forward(self, input_ids, positions, forward_batch, *args, **kwargs):
+        from sglang.srt.model_executor.forward_context import get_req_to_token_pool
+
+        self._remember(input_ids, forward_batch.out_cache_loc)
+        hidden = torch.zeros(
+            input_ids.shape[0], self.hidden_size, dtype=self.lm_head.weight.dtype, device=input_ids.device
+        )
+        out = self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
+        logits = out.next_token_logits
+        if logits is None:
+            return out
+        req_to_token = get_req_to_token_pool().req_to_token
+        rows = forward_batch.req_pool_indices.tolist()
+        lengths = forward_batch.seq_lens.tolist()
+        for i, (row, length) in enumerate(zip(rows, lengths, strict=False)):
+            if i >= logits.shape[0]:
+                break
+            token = next_scripted_token(self._sequence(req_to_token, row, length), self.scripts)
+            logits[i].fill_(-1e4)
+            logits[i, token] = 1e4
+        return out
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for _name, _tensor in weights:
+            pass  # the placeholder tensor; the head stays zero
+        with torch.no_grad():
+            self.lm_head.weight.zero_()
+
+
+EntryClass = [DeepseekV41ScriptedForCausalLM]

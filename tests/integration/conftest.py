@@ -1,0 +1,29 @@
+"""Session fixtures: real servers, started once per test session and always stopped."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_ds41.backend.scripted import write_scripted_checkpoint
+from tests.integration.server import Server, running_server
+
+_STATS: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def scripted_server(tmp_path_factory) -> Server:
+    """`sglang-ds41 serve` on the scripted checkpoint (CPU settings when there is no GPU)."""
+    root = tmp_path_factory.mktemp("scripted-server")
+    model_dir = write_scripted_checkpoint(root / "checkpoint")
+    with running_server(model_dir, log_path=root / "server.log") as server:
+        yield server
+    _STATS.append(
+        f"scripted server: ready after {server.ready_s:.1f} s, peak RSS of its process tree "
+        f"{server.peak_rss_gib:.2f} GiB, log {server.log_path}"
+    )
+    assert server.stopped_cleanly, f"serve did not stop its server cleanly on SIGTERM; log {server.log_path}"
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for line in _STATS:
+        terminalreporter.write_line(line)
