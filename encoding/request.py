@@ -11,8 +11,8 @@ mode: with thinking disabled it is an error rather than being silently dropped.
 
 Not reproduced: the V4 model name `DeepSeek-V4-Pro` (its prompt format differs; rejected
 here), struct fields given as JSON arrays (serde accepts `["enabled", null]` for `thinking`),
-duplicate top-level keys in JSON text, and `strict: true` schema normalisation (rejected with
-a clear error instead of being rendered differently).
+and duplicate top-level keys in JSON text. `strict: true` tools are rewritten by
+`strict_schema.py`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from .serde_checks import (
     optional_uint,
     required,
 )
+from .strict_schema import StrictSchemaError, strict_parameters, strict_response_schema
 
 MODEL_NAME = "DeepSeek-V4.1-Flash"
 KNOWN_MODELS = ("DeepSeek-V4-Pro", MODEL_NAME)
@@ -100,12 +101,11 @@ def conversation_from_request(body: Any) -> Conversation:
         raise request_error("Empty input messages")
 
     conv_messages = _convert_messages(messages)
-    conv_tools, tool_choice = _convert_tools(tools, choice, thinking)
-    response_format, response_schema, response_regex = response
+    has_response_format = body.get("response_format") is not None
+    conv_tools, tool_choice = _convert_tools(tools, choice, thinking, has_response_format)
+    response_format, response_schema, response_regex, response_strict = response
     if response_format == "json_schema":
-        problem = schema_problem(response_schema, require_object=False)
-        if problem is not None:
-            raise request_error(f"Invalid json schema: {problem}")
+        _check_response_schema(response_schema, strict=response_strict)
     _check_prefix(conv_messages, tools, response_format)
     if response_format == "json_object" and not _mentions_json(conv_messages):
         raise request_error(
@@ -241,9 +241,10 @@ def _typed_tool_choice(choice: Any) -> str | tuple[str, str]:
     raise body_error("tool_choice", "expected one of `none`, `auto`, `required` or a tool")
 
 
-def _typed_response_format(fmt: Any) -> tuple[str, Any, str | None]:
+def _typed_response_format(fmt: Any) -> tuple[str, Any, str | None, bool]:
+    """(kind, json_schema.schema, regex, json_schema.strict)."""
     if fmt is None:
-        return "text", None, None
+        return "text", None, None, False
     fmt = expect_object(fmt, "response_format")
     kind = expect_enum(
         required(fmt, "type", "response_format"),
@@ -253,11 +254,12 @@ def _typed_response_format(fmt: Any) -> tuple[str, Any, str | None]:
     if kind == "json_schema":
         spec = expect_object(required(fmt, "json_schema", "response_format"), "response_format.json_schema")
         optional_str(spec.get("name"), "response_format.json_schema.name")
-        optional_bool(spec.get("strict"), "response_format.json_schema.strict")
-        return kind, required(spec, "schema", "response_format.json_schema"), None
+        strict = optional_bool(spec.get("strict"), "response_format.json_schema.strict")
+        return kind, required(spec, "schema", "response_format.json_schema"), None, bool(strict)
     if kind == "regex":
-        return kind, None, expect_str(required(fmt, "regex", "response_format"), "response_format.regex")
-    return kind, None, None
+        regex = expect_str(required(fmt, "regex", "response_format"), "response_format.regex")
+        return kind, None, regex, False
+    return kind, None, None, False
 
 
 def _thinking_and_budget(body: dict[str, Any]) -> tuple[bool, int]:
@@ -485,7 +487,7 @@ def _prefix_position() -> EncodingError:
 
 
 def _convert_tools(
-    tools: list[dict[str, Any]], choice: str | tuple[str, str], thinking: bool
+    tools: list[dict[str, Any]], choice: str | tuple[str, str], thinking: bool, has_response_format: bool
 ) -> tuple[list[ToolDefinition], str]:
     for tool in tools:
         name, where = tool["name"], f"tools[{tool['index']}].function.name"
@@ -509,16 +511,7 @@ def _convert_tools(
     names = [tool["name"] for tool in tools]
     if len(set(names)) != len(names):
         raise request_error("Tool names must be unique.")
-    for tool in tools:
-        if tool["parameters"] is not None:
-            problem = schema_problem(tool["parameters"], require_object=True)
-            if problem is not None:
-                raise request_error(f"Invalid schema for function '{tool['name']}': {problem}")
-        if tool["strict"]:
-            raise request_error(
-                f"tool {tool['name']!r}: strict: true schema normalisation is not supported by"
-                " this renderer; send the tool without strict"
-            )
+    tools = [_checked_parameters(tool) for tool in tools]
     tool_choice = choice
     if isinstance(choice, tuple):
         wanted = choice[1]
@@ -531,10 +524,42 @@ def _convert_tools(
         tool_choice = "required"
     if not tools:
         return [], "auto"
+    if any(tool["strict"] for tool in tools):
+        if not all(tool["strict"] for tool in tools):
+            raise request_error("Cannot use strict tool with non-strict tool in the same request")
+        if has_response_format:
+            raise request_error("response_format should not be used with tools (strict tools are declared)")
     if tool_choice == "required" and thinking:
         raise request_error("Thinking mode does not support this tool_choice")
     definitions = [ToolDefinition(t["name"], t["description"], t["parameters"]) for t in tools]
     return definitions, tool_choice  # type: ignore[return-value]
+
+
+def _checked_parameters(tool: dict[str, Any]) -> dict[str, Any]:
+    """A strict tool's schema is rewritten (§2.6); any other is validated as JSON Schema."""
+    if tool["strict"]:
+        try:
+            return tool | {"parameters": strict_parameters(tool["parameters"])}
+        except StrictSchemaError as error:
+            raise request_error(f"Invalid strict schema for function '{tool['name']}': {error}") from None
+    if tool["parameters"] is not None:
+        problem = schema_problem(tool["parameters"], require_object=True)
+        if problem is not None:
+            raise request_error(f"Invalid schema for function '{tool['name']}': {problem}")
+    return tool
+
+
+def _check_response_schema(schema: Any, strict: bool) -> None:
+    """A strict response schema is checked by the strict rules instead of JSON Schema (§2.10)."""
+    if strict:
+        try:
+            strict_response_schema(schema)
+        except StrictSchemaError as error:
+            raise request_error(f"Invalid strict json schema: {error}") from None
+        return
+    problem = schema_problem(schema, require_object=False)
+    if problem is not None:
+        raise request_error(f"Invalid json schema: {problem}")
 
 
 def _check_prefix(messages: list[Message], tools: list[dict[str, Any]], response_format: str) -> None:

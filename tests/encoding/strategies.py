@@ -39,7 +39,8 @@ class Request:
         return _dump(self.body)
 
     def has_raw(self) -> bool:
-        return "\x00RAW" in json.dumps(self.body, default=lambda r: "\x00RAW")
+        # json.dumps writes the marker's NUL as an escape, so look for the escaped form.
+        return "\\u0000RAW" in json.dumps(self.body, default=lambda r: "\x00RAW")
 
 
 def _dump(value: Any) -> str:
@@ -150,12 +151,21 @@ def tools() -> st.SearchStrategy[list[dict[str, Any]]]:
             function["parameters"] = parameters
         return {"type": "function", "function": function}
 
-    return st.lists(
+    def with_strict(declared: list[dict[str, Any]], strict: Any) -> list[dict[str, Any]]:
+        """`strict` on every tool (True/False/None), or "mixed": on the first tool only."""
+        if strict != "absent":
+            for i, t in enumerate(declared):
+                t["function"]["strict"] = (i == 0) if strict == "mixed" else strict
+        return declared
+
+    declared = st.lists(
         st.builds(tool, tool_names, st.one_of(st.none(), texts), schemas()),
         min_size=1,
         max_size=3,
         unique_by=lambda t: t["function"]["name"] if len(t["function"]["name"]) > 1 else None,
     )
+    strict = st.sampled_from(["absent"] * 6 + [True, True, False, None, "mixed"])
+    return st.builds(with_strict, declared, strict)
 
 
 def arguments() -> st.SearchStrategy[str]:
@@ -258,7 +268,10 @@ def requests(draw: st.DrawFn) -> Request:
         )
     fmt = draw(st.sampled_from([None, "text", "json_object", "json_schema", "regex"]))
     if fmt == "json_schema":
-        body["response_format"] = {"type": fmt, "json_schema": {"name": "r", "schema": draw(schemas())}}
+        spec = {"name": "r", "schema": draw(schemas())}
+        if draw(st.integers(0, 3)) == 0:
+            spec["strict"] = True
+        body["response_format"] = {"type": fmt, "json_schema": spec}
     elif fmt == "regex":
         body["response_format"] = {"type": fmt, "regex": "[a-z]+"}
     elif fmt is not None:
