@@ -2,6 +2,8 @@
 
 python examples/agents/extract_invoice.py --base-url http://127.0.0.1:30000/v1
 python examples/agents/extract_invoice.py --scripted
+
+Against the scripted SGLang model, start the text with its trigger: --text "[script:invoice] ..."
 """
 
 from __future__ import annotations
@@ -54,11 +56,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url")
     parser.add_argument("--scripted", action="store_true")
+    parser.add_argument("--text", default=TEXT, help="the document to extract from")
     args = parser.parse_args()
     if args.scripted:
         with scripted() as server:
-            result = Runner.run_sync(agent, TEXT, base_url=server.base_url)
+            result = Runner.run_sync(agent, args.text, base_url=server.base_url)
     else:
-        result = Runner.run_sync(agent, TEXT, base_url=args.base_url)
+        result = Runner.run_sync(agent, args.text, base_url=args.base_url)
     print(result.final_output.model_dump_json(indent=2))
     print(f"({result.steps} steps)")

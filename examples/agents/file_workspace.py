@@ -2,6 +2,8 @@
 
 python examples/agents/file_workspace.py WORKSPACE_DIR --base-url http://127.0.0.1:30000/v1
 python examples/agents/file_workspace.py WORKSPACE_DIR --scripted
+
+Against the scripted SGLang model, start the task with its trigger: --task "[script:workspace] ..."
 """
 
 from __future__ import annotations

@@ -2,12 +2,16 @@
 
 python examples/agents/weather_calculator.py --base-url http://127.0.0.1:30000/v1
 python examples/agents/weather_calculator.py --scripted   # no server: scripted replies
+
+Against the scripted SGLang model (`sglang-ds41 serve` on `backend.scripted`), start the
+question with its trigger: --question "[script:weather-calculator] Paris and Oslo?"
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import operator
 
 from sglang_ds41.agents import Agent, Runner, function_tool
@@ -86,12 +90,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url")
     parser.add_argument("--scripted", action="store_true")
+    parser.add_argument("--question", default="What is the average temperature of Paris and Oslo right now?")
+    parser.add_argument("--transcript", action="store_true", help="print every message of the run")
     args = parser.parse_args()
-    question = "What is the average temperature of Paris and Oslo right now?"
+    question = args.question
     if args.scripted:
         with scripted() as server:
             result = Runner.run_sync(agent, question, base_url=server.base_url)
     else:
         result = Runner.run_sync(agent, question, base_url=args.base_url)
+    if args.transcript:
+        for message in result.messages:
+            print(json.dumps(message, ensure_ascii=False))
     print(result.final_output)
     print(f"({result.steps} steps, {result.tool_calls} tool calls, {result.usage.total_tokens} tokens)")

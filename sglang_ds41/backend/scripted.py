@@ -14,7 +14,11 @@ per-KV-slot copy of the token ids), so it survives chunked prefill and radix pre
   else the default script;
 * after `<think>` it writes the script's reasoning, `</think>`, then its content; after
   `</think>` only the content; then EOS. Anything that leaves the script (a forced prefix it
-  does not match, a prompt without `<｜Assistant｜>`) gets EOS.
+  does not match, a prompt without `<｜Assistant｜>`) gets EOS;
+* a script with follow-up turns (`then`) drives a whole agent loop: when no trigger is in the
+  last user turn but a script's trigger occurs earlier, the n-th assistant turn after the
+  trigger's first occurrence writes `then[n - 1]` (past the end: the default script). Scripts
+  without `then` keep the one-turn behaviour, so a plain tool loop ends with the default.
 
 The checkpoint (`write_scripted_checkpoint`) is config.json (architecture
 `DeepseekV41ScriptedForCausalLM`, scripts as token ids), the real V4.1 tokenizer, and one
@@ -28,6 +32,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -51,20 +56,104 @@ WEATHER_CALL_TEXT = (
 )
 PERSON_JSON_TEXT = '{"name":"bob","age":39,"ok":false}'
 
+# Multi-turn scripts for whole agent runs (tests/integration, examples/agents).
+WEATHER_CALCULATOR_TRIGGER = "[script:weather-calculator]"
+WORKSPACE_TRIGGER = "[script:workspace]"
+INVOICE_TRIGGER = "[script:invoice]"
+NOTES_TRIGGER = "[script:notes]"
+MISTAKES_TRIGGER = "[script:mistakes]"
+
+
+@dataclass(frozen=True)
+class RawValue:
+    """A `string="false"` parameter value written verbatim, e.g. broken JSON a model might write."""
+
+    text: str
+
+
+def dsml_calls(*calls: tuple[str, dict[str, Any]]) -> str:
+    """The DSML block a V4.1 model writes after its content for `calls` (name, arguments):
+    strings raw with `string="true"`, any other value as JSON with `string="false"`."""
+
+    def parameter(key: str, value: Any) -> str:
+        if isinstance(value, str):
+            return f'<｜DSML｜ parameter name="{key}" string="true">{value}</｜DSML｜ parameter>'
+        text = value.text if isinstance(value, RawValue) else json.dumps(value, ensure_ascii=False)
+        return f'<｜DSML｜ parameter name="{key}" string="false">{text}</｜DSML｜ parameter>'
+
+    invokes = [
+        f'<｜DSML｜ invoke name="{name}">\n'
+        + "\n".join(parameter(k, v) for k, v in arguments.items())
+        + "\n</｜DSML｜ invoke>"
+        for name, arguments in calls
+    ]
+    return "\n\n<｜DSML｜ calls>\n" + "\n".join(invokes) + "\n</｜DSML｜ calls>"
+
+
+INVOICE_JSON_TEXT = (
+    '{"number":"2025-117","vendor":"ACME GmbH","items":[{"description":"widget","quantity":3,'
+    '"unit_price":4.5}],"total":13.5,"currency":"EUR","due_date":"2025-12-01"}'
+)
+SUMMARY_TEXT = "# Summary\n\nNotes collected.\n"
+
 
 @dataclass(frozen=True)
 class Script:
-    """One scripted answer; `trigger=None` marks the default (no trigger in the user turn)."""
+    """One scripted answer; `trigger=None` marks the default (no trigger in the user turn).
+    `then` holds the (reasoning, content) of the assistant turns that follow in an agent loop."""
 
     name: str
     trigger: str | None
     reasoning: str
     content: str
+    then: tuple[tuple[str, str], ...] = ()
 
 
 DEFAULT_SCRIPTS = (
     Script("tool", TOOL_TRIGGER, "The user wants the weather; I call get_weather.", WEATHER_CALL_TEXT),
     Script("json", JSON_TRIGGER, "I write the person as JSON.", PERSON_JSON_TEXT),
+    Script(
+        "weather-calculator",
+        WEATHER_CALCULATOR_TRIGGER,
+        "Look up both cities.",
+        dsml_calls(("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})),
+        then=(
+            ("Average them.", dsml_calls(("calculate", {"expression": "(18.5 + 4.0) / 2"}))),
+            ("Done.", "Paris 18.5 °C, Oslo 4.0 °C; the average is 11.25 °C."),
+        ),
+    ),
+    Script(
+        "workspace",
+        WORKSPACE_TRIGGER,
+        "See what is there.",
+        dsml_calls(("list_dir", {"path": "."})),
+        then=(
+            (
+                "Write the summary.",
+                dsml_calls(("write_file", {"path": "SUMMARY.md", "content": SUMMARY_TEXT})),
+            ),
+            ("Done.", "Wrote SUMMARY.md."),
+        ),
+    ),
+    Script("invoice", INVOICE_TRIGGER, "I extract the invoice fields.", INVOICE_JSON_TEXT),
+    Script(
+        "notes",
+        NOTES_TRIGGER,
+        "two notes at once",
+        dsml_calls(("note", {"text": "A"}), ("note", {"text": "B"})),
+        then=(("one more", dsml_calls(("note", {"text": "C"}))), ("done", "wrote A, B and C")),
+    ),
+    Script(
+        "mistakes",
+        MISTAKES_TRIGGER,
+        "I try a tool that does not exist, a unit that is not allowed and broken JSON.",
+        dsml_calls(
+            ("get_stock_price", {"symbol": "ACME"}),
+            ("get_weather", {"city": "Paris", "unit": "kelvin"}),
+            ("get_weather", {"city": RawValue("{oops")}),
+        ),
+        then=(("All three failed; I say so.", "I could not look that up."),),
+    ),
     Script("default", None, "A greeting; I answer briefly.", "Hello! I am the scripted test model."),
 )
 
@@ -100,6 +189,10 @@ def scripts_config(scripts: Sequence[Script]) -> list[dict]:
             "trigger_ids": None if s.trigger is None else script_ids(s.trigger),
             "reasoning_ids": script_ids(s.reasoning),
             "content_ids": script_ids(s.content),
+            "then": [
+                {"reasoning_ids": script_ids(reasoning), "content_ids": script_ids(content)}
+                for reasoning, content in s.then
+            ],
         }
         for s in scripts
     ]
@@ -164,6 +257,24 @@ def _last(seq: Sequence[int], token: int) -> int:
     return -1
 
 
+def _answer(seq: Sequence[int], assistant: int, scripts: Sequence[dict]) -> dict:
+    """The script turn (reasoning_ids, content_ids) for the assistant turn opened at `assistant`."""
+    default = next(s for s in scripts if s["trigger_ids"] is None)
+    user = _last(seq[:assistant], Special.USER.id)
+    turn = seq[user + 1 : assistant] if user >= 0 else seq[:assistant]
+    for script in scripts:
+        if script["trigger_ids"] and _find(turn, script["trigger_ids"]) >= 0:
+            return script
+    for script in scripts:
+        if not script.get("then"):
+            continue
+        at = _find(seq[:assistant], script["trigger_ids"])
+        if at >= 0:
+            done = sum(1 for token in seq[at:assistant] if token == Special.ASSISTANT.id)
+            return script["then"][done - 1] if 1 <= done <= len(script["then"]) else default
+    return default
+
+
 def next_scripted_token(seq: Sequence[int], scripts: Sequence[dict]) -> int:
     """The token the scripted model emits after the token sequence `seq` (prompt + output)."""
     eos = Special.EOS.id
@@ -173,15 +284,10 @@ def next_scripted_token(seq: Sequence[int], scripts: Sequence[dict]) -> int:
     header = seq[assistant + 1]
     if header not in (Special.THINK_START.id, Special.THINK_END.id):
         return eos
-    user = _last(seq[:assistant], Special.USER.id)
-    turn = seq[user + 1 : assistant] if user >= 0 else seq[:assistant]
-    script = next(
-        (s for s in scripts if s["trigger_ids"] and _find(turn, s["trigger_ids"]) >= 0),
-        next(s for s in scripts if s["trigger_ids"] is None),
-    )
-    planned = [*script["content_ids"], eos]
+    answer = _answer(seq, assistant, scripts)
+    planned = [*answer["content_ids"], eos]
     if header == Special.THINK_START.id:
-        planned = [*script["reasoning_ids"], Special.THINK_END.id, *planned]
+        planned = [*answer["reasoning_ids"], Special.THINK_END.id, *planned]
     written = list(seq[assistant + 2 :])
     if len(written) >= len(planned) or planned[: len(written)] != written:
         return eos
