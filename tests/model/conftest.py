@@ -1,11 +1,6 @@
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """These tests run many tiny ops; on the shared 2-core CI box one thread is ~10x faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """These tests run many tiny ops: one thread each (see tests/conftest.py)."""
