@@ -9,6 +9,10 @@ imported, so each patch waits for its target module with an import hook.
   architectures are exactly `["DeepseekV41ForCausalLM"]` to its own CUDA-only
   `DeepseekV4ForCausalLM` (`normalize_deepseek_v41_config` in `srt/configs/deepseek_v41.py`);
   the patch undoes that rename so the model registry finds our backend.
+* Always: quantization. Our backend reads the checkpoint's FP8 / MXFP4 / NVFP4 tensors itself
+  (the shared loader dequantises), so SGLang must not build its own quantization config from
+  `quantization_config` / `hf_quant_config.json` (it would refuse float32 and expect its own
+  linear layers): for our architectures the parsed HF quantization config is None.
 * Always: images. SGLang picks the multimodal processor by architecture name, and registers
   its V4.1 image processor only under `DeepseekV4ForCausalLM`; a V4.1 checkpoint (it has a
   vision tower) under our name gets that processor too.
@@ -26,6 +30,7 @@ from sglang_ds41.backend.architectures import OUR_ARCHITECTURES, V41
 
 V41_CONFIG_MODULE = "sglang.srt.configs.deepseek_v41"
 MM_PROCESSOR_MODULE = "sglang.srt.managers.multimodal_processor"
+MODEL_CONFIG_MODULE = "sglang.srt.configs.model_config"
 
 
 def keep_architectures(normalize: Callable[[dict], dict]) -> Callable[[dict], dict]:
@@ -60,9 +65,21 @@ def _patch_mm_processor(module: ModuleType) -> None:
     module.get_mm_processor_cls = get_mm_processor_cls
 
 
+def _patch_model_config(module: ModuleType) -> None:
+    parse = module.ModelConfig._parse_quant_hf_config
+
+    def _parse_quant_hf_config(self):
+        if (getattr(self.hf_config, "architectures", None) or [None])[0] in OUR_ARCHITECTURES:
+            return None
+        return parse(self)
+
+    module.ModelConfig._parse_quant_hf_config = _parse_quant_hf_config
+
+
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     V41_CONFIG_MODULE: _patch_v41_config,
     MM_PROCESSOR_MODULE: _patch_mm_processor,
+    MODEL_CONFIG_MODULE: _patch_model_config,
 }
 
 

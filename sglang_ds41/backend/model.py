@@ -1,32 +1,333 @@
-"""`DeepseekV41ForCausalLM` as an out-of-tree SGLang model (the architecture name of the
-official V4.1 checkpoints' config.json).
+"""`DeepseekV41ForCausalLM` as an out-of-tree SGLang model (the official checkpoints' architecture).
 
-Only the registration exists so far: the SGLang forward (attention with slot-indexed V4.1
-state, MoE, Engram, weight loading; issue 5) is still to be written. Until then, constructing
-the model fails with a `Ds41Error` that says so, instead of SGLang falling back to another
-implementation.
+Same skeleton as SGLang's model files (attention, MoE, Engram, decoder layer, model, causal-LM
+wrapper, `load_weights`, `EntryClass`) and the same concept and parameter names as the
+reference (`reference/model.py`): the math is `model/` and `engram/`, written once; this file
+adds only SGLang's batching, KV slots and TP. Read it beside `reference.model.Block` /
+`Transformer`: `DeepseekV41DecoderLayer.forward` is `Block.forward` with the attention state
+coming from the slot store.
+
+State (INTERNALS §6 Step A): everything per token lives in model-owned buffers indexed by
+SGLang's KV slot ids (`kv_state.SlotState`: token ids, window KV, compressed latents, index
+keys; the ratio-2 pending token per request slot), read back through `req_to_token`, so
+chunked prefill, decode and radix prefix hits resume exactly. SGLang's own MHA pool only
+supplies the slot ids (its K/V rows go unused). A ratio-2 layer needs an even `--page-size`
+(`serve` defaults to 2), checked at start-up.
+
+Dtype: the model computes in `$SGLANG_DS41_DTYPE` when set (float64 / float32 / bfloat16;
+the exactness tests use float64, like the reference oracle), else in SGLang's `--dtype`. The
+checkpoint's `quantization_config` is ours to interpret (the shared loader dequantises), so
+`launch_hooks` keeps SGLang's quantization machinery out of it.
+
+TP (first version): dense weights replicated, every rank runs the whole forward; Engram tables
+row-sharded across ranks, lookups all-reduced (exact: every row has one owner, the others add
+zeros). Logits and logprobs go through SGLang's `LogitsProcessor` (no vocab gather: the head
+is replicated). Not yet served: image inputs (image token ids are embedded as text; the image
+token is never sampled), speculative decoding (DSpark).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
 from torch import nn
 
+from sglang_ds41.config import TextConfig, V41Config
+from sglang_ds41.engram.gate import EngramGate
+from sglang_ds41.engram.hashing import EngramHasher
+from sglang_ds41.engram.table import EngramTable
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.model import HyperConnection, MoE, Published, RMSNorm, collapse, expand, first_pre, upcast
+
+from .attention import SlotAttention, batch_attention
+from .kv_state import SlotState, Span
+
+logger = logging.getLogger(__name__)
+
+DTYPE_ENV = "SGLANG_DS41_DTYPE"
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-class BackendNotReadyError(Ds41Error):
-    """The SGLang backend cannot run this checkpoint yet."""
+class BackendError(Ds41Error):
+    """The SGLang backend cannot serve this checkpoint or this batch."""
+
+
+def compute_dtype() -> torch.dtype:
+    name = os.environ.get(DTYPE_ENV)
+    if not name:
+        return torch.get_default_dtype()
+    if name not in DTYPES:
+        raise BackendError(f"{DTYPE_ENV}={name!r}: expected one of {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
+class DeepseekV41Engram(EngramGate):
+    """The Engram layer: this rank's table rows, summed over TP ranks, then the gate (§5.6).
+    Parameter names are `EngramGate`'s (`engram.wkv.weight`, `engram.q_weight`, `engram.k_weight`)."""
+
+    table: EngramTable | None = None  # attached by `weights.load_checkpoint`
+
+    def forward(self, residual: torch.Tensor, row_ids: torch.Tensor, is_image: torch.Tensor) -> torch.Tensor:
+        """R [T, hc, D], row ids [T, n_columns] -> R [T, hc, D]."""
+        rows = self.table.lookup(row_ids)  # [T, n_columns, head_dim] bf16, zero where not ours
+        if self.table.shard.num_rows != self.table.num_rows:
+            from sglang.srt.distributed.communication_op import tensor_model_parallel_all_reduce
+
+            # exact: each row has one owner, the other ranks contribute zeros
+            rows = tensor_model_parallel_all_reduce(rows.float()).to(rows.dtype)
+        return super().forward(residual, rows, is_image)
+
+
+class DeepseekV41DecoderLayer(nn.Module):
+    """One backbone layer (`layers.L.*`), as `reference.model.Block`."""
+
+    def __init__(self, cfg: TextConfig, layer: int):
+        super().__init__()
+        d, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.layer = layer
+        self.engram = (
+            DeepseekV41Engram.from_config(cfg, torch.float32) if layer in cfg.engram_layer_ids else None
+        )
+        self.hc_attn = HyperConnection(cfg)
+        self.attn_norm = RMSNorm(d, eps)
+        self.attn = SlotAttention(cfg, layer)
+        self.hc_ffn = HyperConnection(cfg)
+        self.ffn_norm = RMSNorm(d, eps)
+        self.ffn = MoE(cfg)
+
+    def forward(
+        self,
+        r: torch.Tensor,
+        pre: torch.Tensor,
+        positions: torch.Tensor,
+        spans: list[Span],
+        published: list[Published],
+        store: SlotState,
+        is_image: torch.Tensor,
+        engram_ids: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """R [T, hc, D], pre [T, hc] of the previous site -> (R, pre of this layer's MoE site)."""
+        if self.engram is not None:
+            r = self.engram(r, engram_ids, is_image)
+        coeffs = self.hc_attn(r)
+        x = self.attn_norm(collapse(r, pre))
+        y = batch_attention(self.attn, x, positions, spans, published, store)
+        r = expand(r, y, coeffs.post, coeffs.comb)
+        pre = coeffs.pre
+        coeffs = self.hc_ffn(r)
+        y = self.ffn(self.ffn_norm(collapse(r, pre)), is_image)
+        return expand(r, y, coeffs.post, coeffs.comb), coeffs.pre
+
+
+class DeepseekV41Model(nn.Module):
+    """Embedding, layers, final norm (the reference `Transformer` without its head)."""
+
+    def __init__(self, config: V41Config, hasher: EngramHasher):
+        super().__init__()
+        t = config.text
+        self.text, self.hasher = t, hasher
+        self.image_token_id = config.image_token_id
+        d = t.hidden_size
+        self.embed = nn.Embedding(t.vocab_size, d)
+        self.image_start = nn.Parameter(torch.zeros(d))
+        self.image_newline = nn.Parameter(torch.zeros(d))
+        self.image_end = nn.Parameter(torch.zeros(d))
+        self.layers = nn.ModuleList(DeepseekV41DecoderLayer(t, layer) for layer in range(t.num_hidden_layers))
+        self.norm = RMSNorm(d, t.rms_norm_eps)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, spans: list[Span], store: SlotState
+    ) -> torch.Tensor:
+        """New tokens of all requests [T] at `positions` [T] -> final hidden states [T, D]."""
+        t = input_ids.shape[0]
+        is_image = input_ids == self.image_token_id
+        e = self.embed(input_ids)
+        r = e[:, None, :].expand(t, self.text.hc_mult, e.shape[-1]).contiguous()  # [T, hc, D]
+        engram_ids = self.engram_rows(input_ids, spans, store)  # [T, n_engram_layers, n_columns]
+        pre = first_pre(r)
+        published = [Published() for _ in spans]
+        for layer in self.layers:
+            ids = None
+            if layer.engram is not None:
+                ids = engram_ids[:, self.hasher.layout.index_of(layer.layer)]
+            r, pre = layer(r, pre, positions, spans, published, store, is_image, ids)
+        return self.norm(collapse(r, pre))
+
+    def engram_rows(self, input_ids: torch.Tensor, spans: list[Span], store: SlotState) -> torch.Tensor:
+        """Hash the batch's chunks, each continuing the history rebuilt from its slots' token ids."""
+        n = self.hasher.history_len
+        before = [store.history_ids(span, n) for span in spans]
+        history = self.hasher.history_of(
+            torch.cat(before) if before else input_ids.new_zeros(0), torch.tensor([b.numel() for b in before])
+        )
+        rows, _ = self.hasher.extend(history, input_ids, torch.tensor([s.length for s in spans]))
+        return rows
 
 
 class DeepseekV41ForCausalLM(nn.Module):
+    """The SGLang entry: builds the model from the checkpoint's own config.json (SGLang's
+    flattened V3-style config is not used), keeps the slot store, returns next-token logits."""
+
     def __init__(self, config, quant_config=None, prefix: str = "") -> None:
         super().__init__()
-        raise BackendNotReadyError(
-            "DeepseekV41ForCausalLM: the SGLang forward of DeepSeek-V4.1 is not implemented yet "
-            f"(checkpoint {getattr(config, '_name_or_path', '?')!r}); the test-only scripted "
-            "model (sglang_ds41.backend.scripted) and the reference model (sglang_ds41.reference) "
-            "work today"
+        from sglang.srt.distributed.parallel_state import (
+            get_tensor_model_parallel_rank,
+            get_tensor_model_parallel_world_size,
         )
+        from sglang.srt.runtime_context import get_server_args
+
+        args = get_server_args()
+        self.config = config
+        self.logits_processor = None
+        self._build(
+            Path(args.model_path),
+            compute_dtype(),
+            args.page_size,
+            get_tensor_model_parallel_rank(),
+            get_tensor_model_parallel_world_size(),
+        )
+        from sglang.srt.layers.logits_processor import LogitsProcessor
+
+        # SGLang's logits processor picks the rows to sample and computes logprobs; the head is
+        # replicated on every rank (no vocab gather), its math is fp32 (float64 stays float64).
+        self.logits_processor = LogitsProcessor(config, skip_all_gather=True)
+        self.logits_processor.use_fp32_lm_head = self.dtype != torch.float64
+
+    @classmethod
+    def for_checkpoint(
+        cls, model_dir: str | Path, dtype: torch.dtype, page_size: int = 2, tp_rank: int = 0, tp_size: int = 1
+    ) -> DeepseekV41ForCausalLM:
+        """The model outside an SGLang server (tests, benchmarks), weights loaded."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.config, self.logits_processor = None, None
+        self._build(Path(model_dir), dtype, page_size, tp_rank, tp_size)
+        self.load_weights(())
+        return self
+
+    def _build(self, model_dir: Path, dtype: torch.dtype, page_size: int, tp_rank: int, tp_size: int) -> None:
+        self.model_dir, self.dtype, self.tp_rank, self.tp_size = model_dir, dtype, tp_rank, tp_size
+        self.v41 = V41Config.from_file(model_dir / "config.json")
+        text = self.v41.text
+        if any(r == 2 for r in text.compress_ratios) and page_size % 2:
+            raise BackendError(
+                f"DeepseekV41ForCausalLM: --page-size {page_size} is odd, but ratio-2 layers keep "
+                "one compressed entry per token pair at slot // 2, which needs an even page size "
+                "(serve with --page-size 2 or any even size)"
+            )
+        tokenizer = model_dir / "tokenizer.json"
+        if not tokenizer.is_file():
+            from sglang_ds41.assets import TOKENIZER_JSON
+
+            tokenizer = TOKENIZER_JSON
+        hasher = EngramHasher.for_tokenizer(self.v41, tokenizer)
+        self.model = DeepseekV41Model(self.v41, hasher)
+        self.head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
+        self.store: SlotState | None = None
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Ignores SGLang's iterator (nothing is read from it) and loads through the shared
+        reader, which knows the official layout and its formats."""
+        from .weights import load_checkpoint
+
+        engram = {layer.layer: layer.engram for layer in self.model.layers if layer.engram is not None}
+        load_checkpoint(self, self.model_dir, self.dtype, engram, self.tp_rank, self.tp_size)
+        self.requires_grad_(False).eval()
+        for layer, module in engram.items():
+            shard = module.table.shard
+            logger.info(
+                "DeepseekV41 Engram layer %d: TP rank %d/%d holds rows %d:%d of %d (%s)",
+                layer,
+                self.tp_rank,
+                self.tp_size,
+                shard.start,
+                shard.stop,
+                module.table.num_rows,
+                module.table.fmt.quant.value,
+            )
+
+    def slot_store(self) -> SlotState:
+        from sglang.srt.model_executor.forward_context import get_req_to_token_pool, get_token_to_kv_pool
+
+        rows = get_token_to_kv_pool().get_key_buffer(0).shape[0]
+        req_rows = get_req_to_token_pool().req_to_token.shape[0]
+        if self.store is None or not self.store.fits(rows, req_rows):
+            self.store = SlotState(self.v41.text, rows, req_rows, self.dtype, self.head.weight.device)
+        return self.store
+
+    def spans(self, forward_batch, n_tokens: int) -> list[Span]:
+        from sglang.srt.model_executor.forward_context import get_req_to_token_pool
+
+        req_to_token = get_req_to_token_pool().req_to_token
+        rows = forward_batch.req_pool_indices.tolist()
+        seq_lens = forward_batch.seq_lens.tolist()
+        if forward_batch.forward_mode.is_extend():
+            lengths = list(forward_batch.extend_seq_lens_cpu or forward_batch.extend_seq_lens.tolist())
+        else:
+            lengths = [1] * len(rows)
+        if sum(lengths) != n_tokens:
+            raise BackendError(
+                f"forward batch: new-token counts {lengths} do not add up to the {n_tokens} input ids"
+            )
+        spans, offset = [], 0
+        for row, seq_len, length in zip(rows, seq_lens, lengths, strict=True):
+            slots = req_to_token[row, :seq_len].to(torch.int64)
+            spans.append(Span(row, seq_len - length, length, offset, slots))
+            offset += length
+        return spans
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, *args, **kwargs):
+        if input_ids.numel() == 0:
+            from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+            return LogitsProcessorOutput(next_token_logits=torch.zeros(0, self.v41.text.vocab_size))
+        store = self.slot_store()
+        spans = self.spans(forward_batch, input_ids.numel())
+        h = self.hidden_states(input_ids, positions, forward_batch.out_cache_loc, spans, store)
+        out = self.logits_processor(input_ids, h, self.head, forward_batch)
+        if out.next_token_logits is not None:
+            out.next_token_logits[:, self.model.image_token_id] = float("-inf")  # needs image embeddings
+        return out
+
+    @torch.no_grad()
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        out_cache_loc: torch.Tensor,
+        spans: list[Span],
+        store: SlotState,
+    ) -> torch.Tensor:
+        """The batch's new tokens [T] (span order), written at slots `out_cache_loc` [T] ->
+        final hidden states [T, D] (before the head)."""
+        expected = torch.cat([torch.arange(s.start, s.end) for s in spans])
+        if not torch.equal(positions.cpu().to(torch.int64), expected):
+            raise BackendError("forward batch: positions are not each request's next contiguous positions")
+        store.write_tokens(out_cache_loc.to(torch.int64), input_ids)
+        return self.model(input_ids, positions.to(torch.int64), spans, store)
+
+    @torch.no_grad()
+    def next_token_logits(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        out_cache_loc: torch.Tensor,
+        spans: list[Span],
+        store: SlotState,
+    ) -> torch.Tensor:
+        """Outside a server: logits [B, vocab] of each request's last new token (fp32 math,
+        float64 in float64), the image token masked as the server masks it."""
+        h = self.hidden_states(input_ids, positions, out_cache_loc, spans, store)
+        last = torch.tensor([s.offset + s.length - 1 for s in spans])
+        logits = F.linear(upcast(h[last]), upcast(self.head.weight))  # [B, vocab]
+        logits[:, self.model.image_token_id] = float("-inf")
+        return logits
 
 
 EntryClass = [DeepseekV41ForCausalLM]

@@ -134,6 +134,8 @@ def build_launch(
         ["--port", str(DEFAULT_PORT)],
         ["--reasoning-parser", "deepseek-v41"],
         ["--tool-call-parser", "deepseekv41"],
+        # Ratio-2 layers keep one compressed entry per token pair at slot // 2 (backend/kv_state.py).
+        ["--page-size", "2"],
     ]
     if (tok := tokenizer_dir(model)) is not None:
         defaults.append(["--tokenizer-path", str(tok)])

@@ -138,7 +138,7 @@ class Attention(nn.Module):
             )
         q_lora = self.q_norm(self.wq_a(x))  # [T, q_lora_rank]
         q = self.rope(self.wq_b(q_lora).unflatten(-1, (self.n_heads, self.head_dim)), positions)  # [T, H, Dh]
-        kv = fake_quant_window_fp8(self.rope(self.kv_norm(self.wkv(x)), positions))  # [T, Dh]
+        kv = self.window_kv(x, positions)  # [T, Dh]
         window = torch.cat([state.window.to(kv.dtype), kv])  # [n + T, Dh]
         pool, ids = window, window_ids(state.window.shape[0], x.shape[0], self.window, x.device)
         compressed = None
@@ -149,6 +149,11 @@ class Attention(nn.Module):
         o = sparse_attention(q, pool, ids, self.attn_sink, self.softmax_scale)  # [T, H, Dh]
         own = compressed if self.role is LayerRole.FULL else None
         return self.project_out(o, positions), AttentionState(window[-self.window :], own)
+
+    def window_kv(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Each token's window KV [T, Dh] (post-RoPE, FP8 fake-quantised): its own method so a
+        runtime that stores every token's KV (not only the last window) can capture it."""
+        return fake_quant_window_fp8(self.rope(self.kv_norm(self.wkv(x)), positions))
 
     def select(
         self,

@@ -1,0 +1,151 @@
+"""V4.1's per-token state in buffers indexed by SGLang's KV slot ids (INTERNALS §3.4, §6 Step A).
+
+SGLang hands every new token a KV slot (`forward_batch.out_cache_loc`) and lists a request's
+slots in `req_to_token[req_pool_idx, :seq_len]`; the radix cache keeps a prefix's slots alive
+and gives them to the next request that shares the prefix. So everything a later token needs
+and that is a function of the prefix alone is stored *at the slot of the token it belongs to*,
+and a prefix hit, a continuing chunk and a decode step all read it back the same way, exactly:
+
+* `tokens[slot]`: the token id (the Engram hash history is rebuilt from the last n-1 of them);
+* `window[layer][slot]`: the layer's window KV of that token (kept for every token, not only
+  the last window: a later prefix hit may end anywhere);
+* `latents[source][slot // ratio]`, `index_keys[...]`: compressed entry g of a KV source lives
+  at the slot of position g*ratio divided by the ratio. With ratio 2 both tokens of a pair
+  share `slot // 2` only when SGLang pages are even-sized (slot % page == position % page),
+  hence `--page-size 2` (checked by the model);
+* `pending[source][req_pool_idx]`: the ratio-2 (a, z) rows of an even token whose partner has
+  not arrived. Only a continuing chunk or decode step of the same request starts at an odd
+  position (radix hits are page-aligned, so even), so a per-request-slot ring is enough; the
+  position it was written for is kept beside it and checked.
+
+Nothing is ever freed: a slot's rows are rewritten by the forward that owns the slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sglang_ds41.config import TextConfig
+from sglang_ds41.errors import Ds41Error
+from sglang_ds41.model.attention import AttentionState, CompressedKV
+from sglang_ds41.model.roles import LayerRole, layer_role
+
+
+class SlotStateError(Ds41Error):
+    """The slot-indexed state cannot serve this batch (layout or scheduling assumption broken)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """One request's part of a forward batch: new tokens [start, start + length) at rows
+    [offset, offset + length) of the flattened batch; `slots` = its KV slots of positions 0..end-1."""
+
+    row: int  # req_pool_idx
+    start: int
+    length: int
+    offset: int
+    slots: torch.Tensor  # [start + length] int64
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    @property
+    def new_slots(self) -> torch.Tensor:
+        return self.slots[self.start :]
+
+
+def kv_bytes_per_token(cfg: TextConfig, itemsize: int) -> dict[str, float]:
+    """Bytes of state per token of context this layout stores, by part (tests, benchmarks).
+
+    `itemsize`: bytes per stored value (8 for float64, 4 float32, 2 bfloat16)."""
+    window = cfg.num_hidden_layers * cfg.head_dim * itemsize
+    compressed = sum(
+        (cfg.head_dim + cfg.index_head_dim) * itemsize / cfg.compress_ratios[s]
+        for s in cfg.kv_source_layer_ids
+    )
+    return {"window": window, "compressed": compressed, "token_id": 4, "total": window + compressed + 4}
+
+
+class SlotState:
+    """The model-owned slot-indexed buffers of one model replica (see the module docstring)."""
+
+    def __init__(self, cfg: TextConfig, rows: int, req_rows: int, dtype: torch.dtype, device=None):
+        self.cfg, self.rows, self.req_rows = cfg, rows, req_rows
+        self.window_size = cfg.sliding_window
+        self.tokens = torch.zeros(rows, dtype=torch.int32, device=device)
+        self.window = [
+            torch.zeros(rows, cfg.head_dim, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)
+        ]
+        self.ratio = {s: cfg.compress_ratios[s] for s in cfg.kv_source_layer_ids}
+        self.latents, self.index_keys, self.pending, self.pending_pos = {}, {}, {}, {}
+        for s, ratio in self.ratio.items():
+            n = rows // ratio + 1
+            self.latents[s] = torch.zeros(n, cfg.head_dim, dtype=dtype, device=device)
+            self.index_keys[s] = torch.zeros(n, cfg.index_head_dim, dtype=dtype, device=device)
+            if ratio == 2:
+                # the (a, z) rows are fp32 math (float64 in a float64 model), not activations
+                fp32 = torch.float64 if dtype == torch.float64 else torch.float32
+                self.pending[s] = torch.zeros(req_rows, 2, cfg.head_dim, dtype=fp32, device=device)
+                self.pending_pos[s] = torch.full((req_rows,), -1, dtype=torch.int64)
+
+    def fits(self, rows: int, req_rows: int) -> bool:
+        return rows <= self.rows and req_rows <= self.req_rows
+
+    # ---- tokens -----------------------------------------------------------------------------
+
+    def write_tokens(self, slots: torch.Tensor, ids: torch.Tensor) -> None:
+        self.tokens[slots] = ids.to(torch.int32)
+
+    def history_ids(self, span: Span, n: int) -> torch.Tensor:
+        """Ids of the (up to) n tokens right before the span's start."""
+        return self.tokens[span.slots[max(0, span.start - n) : span.start]].to(torch.int64)
+
+    # ---- attention state ------------------------------------------------------------------------
+
+    def _entry_slots(self, span: Span, source: int, first: int, stop: int) -> torch.Tensor:
+        ratio = self.ratio[source]
+        return torch.div(span.slots[first * ratio : stop * ratio : ratio], ratio, rounding_mode="floor")
+
+    def before(self, layer: int, span: Span) -> AttentionState:
+        """Layer `layer`'s state right before the span's first new token."""
+        lo = max(0, span.start - (self.window_size - 1))
+        window = self.window[layer][span.slots[lo : span.start]]
+        if layer_role(self.cfg, layer) is not LayerRole.FULL:
+            return AttentionState(window)
+        ratio, n = self.ratio[layer], span.start // self.ratio[layer]
+        ids = self._entry_slots(span, layer, 0, n)
+        pending = None
+        if ratio == 2 and span.start % 2:
+            if int(self.pending_pos[layer][span.row]) != span.start - 1:
+                raise SlotStateError(
+                    f"layer {layer}: request slot {span.row} starts at odd position {span.start}, but "
+                    f"its pending ratio-2 token is for position {int(self.pending_pos[layer][span.row])}; "
+                    "a prefix-cache hit ended mid pair (serve with an even --page-size)"
+                )
+            pending = self.pending[layer][span.row]
+        return AttentionState(
+            window, CompressedKV(self.latents[layer][ids], self.index_keys[layer][ids], pending)
+        )
+
+    def commit(self, layer: int, span: Span, window_kv: torch.Tensor, after: AttentionState) -> None:
+        """Store what the span added: every new token's window KV, the completed compressed
+        entries, the pending token (KV sources)."""
+        self.window[layer][span.new_slots] = window_kv.to(self.window[layer].dtype)
+        if after.compressed is None:
+            return
+        ratio = self.ratio[layer]
+        first, stop = span.start // ratio, span.end // ratio
+        ids = self._entry_slots(span, layer, first, stop)
+        self.latents[layer][ids] = after.compressed.kv[first:stop].to(self.latents[layer].dtype)
+        self.index_keys[layer][ids] = after.compressed.index_keys[first:stop].to(self.index_keys[layer].dtype)
+        if after.compressed.pending is not None:
+            self.pending[layer][span.row] = after.compressed.pending.to(self.pending[layer].dtype)
+            self.pending_pos[layer][span.row] = span.end - 1
+
+    def nbytes(self) -> int:
+        tensors = [self.tokens, *self.window, *self.latents.values(), *self.index_keys.values()]
+        tensors += list(self.pending.values())
+        return sum(t.numel() * t.element_size() for t in tensors)

@@ -1,0 +1,96 @@
+"""Fill the SGLang backend's parameters from a checkpoint directory through the shared reader.
+
+The backend's modules are the reference's (`model/`, `engram/`), so a parameter's checkpoint
+name is its name without the SGLang-side `model.` prefix, mapped like the reference's
+(`reference.weights.checkpoint_name`): FP8 32x32 block linears, MXFP4 or NVFP4 routed experts
+are dequantised to the compute dtype by `Checkpoint.dense`; Engram tables stay quantised in
+host memory (`EngramTable`), each TP rank holding its own rows only (zero elsewhere; the
+model all-reduces the lookups).
+
+TP (first version): every rank holds all dense weights (replicated) and computes the whole
+forward; only the Engram tables, by far the largest tensors (§9.2), are row-sharded. Every
+error names the tensor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from sglang_ds41.checkpoint.reader import Checkpoint, CheckpointError
+from sglang_ds41.engram.table import EngramTable
+from sglang_ds41.reference.weights import COMPANIONS, UNUSED_PREFIXES, checkpoint_name
+
+# Prefix of the language model's parameters inside the SGLang model class (`self.model`).
+MODEL_PREFIX = "model."
+
+
+def backend_checkpoint_name(param: str) -> str:
+    """`model.layers.3.hc_attn.fn` -> `layers.3.hc_attn_fn`; `head.weight` stays."""
+    return checkpoint_name(param.removeprefix(MODEL_PREFIX))
+
+
+def load_checkpoint(
+    module: nn.Module,
+    model_dir: str | Path,
+    dtype: torch.dtype,
+    engram_layers: dict[int, nn.Module],
+    tp_rank: int = 0,
+    tp_size: int = 1,
+) -> list[str]:
+    """Fill `module`'s parameters (and the `table` of each Engram module in `engram_layers`)
+    from `model_dir`; returns the checkpoint tensor names used. Raises `CheckpointError`
+    naming the tensor on a missing tensor, a shape mismatch, or an unused language-model tensor."""
+    ckpt = Checkpoint.open(model_dir)
+    try:
+        manifest, text = ckpt.manifest, ckpt.config.text
+        used: set[str] = set()
+        for param, p in module.named_parameters():
+            name = backend_checkpoint_name(param)
+            prefix = name.removesuffix(".weight")
+            fmt = manifest.format_of(prefix)
+            if fmt is None:
+                raise CheckpointError(
+                    f"{ckpt.root}: backend parameter {param} expects checkpoint tensor {name}, which "
+                    "this checkpoint's layout does not have"
+                )
+            stored = manifest[name].dtype if name in manifest else None
+            target = torch.float32 if stored == "F32" and dtype == torch.bfloat16 else dtype
+            value = ckpt.dense(prefix, dtype=target)
+            if tuple(value.shape) != tuple(p.shape):
+                raise CheckpointError(
+                    f"{ckpt.root}: tensor {name} dequantises to shape {list(value.shape)}, the backend "
+                    f"expects {list(p.shape)} for {param}"
+                )
+            p.data = value
+            used.update([prefix + s for s in COMPANIONS[fmt]] if fmt in COMPANIONS else [name])
+        layout = engram_layout(ckpt)
+        for layer, engram in engram_layers.items():
+            prefix = f"layers.{layer}.engram"
+            engram.table = EngramTable.from_safetensors(
+                ckpt.root,
+                prefix,
+                column_starts=layout.layers[layout.index_of(layer)].column_starts(),
+                tp_rank=tp_rank,
+                tp_size=tp_size,
+                pin=False,
+                head_dim=text.engram_head_dim,
+            )
+            used.update((f"{prefix}.embed.weight", f"{prefix}.embed.scale"))
+        unused = [s.name for s in manifest if s.name not in used and not s.name.startswith(UNUSED_PREFIXES)]
+        if unused:
+            raise CheckpointError(
+                f"{ckpt.root}: {len(unused)} language-model tensors are not used by the backend "
+                f"(a name-mapping bug), e.g. {unused[:5]}"
+            )
+        return sorted(used)
+    finally:
+        ckpt.close()
+
+
+def engram_layout(ckpt: Checkpoint):
+    from sglang_ds41.engram.layout import EngramLayout
+
+    return EngramLayout.from_config(ckpt.config.text)

@@ -1,0 +1,38 @@
+"""What `serve` and the launch hooks do for the real V4.1 backend."""
+
+from __future__ import annotations
+
+import json
+import types
+
+from sglang_ds41.backend import launch_hooks, serve
+from sglang_ds41.backend.architectures import V41
+
+
+def _checkpoint(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": [V41]}))
+    return tmp_path
+
+
+def test_serve_defaults_to_an_even_page_size_for_ratio_2_slots(tmp_path):
+    items = serve.split_flags(serve.build_launch(_checkpoint(tmp_path), gpu=False).argv[3:])
+    assert serve.flag_value(items, "--page-size") == "2"
+
+
+def test_a_user_page_size_replaces_ours(tmp_path):
+    launch = serve.build_launch(_checkpoint(tmp_path), ["--page-size", "64"], gpu=False)
+    assert serve.flag_value(serve.split_flags(launch.argv[3:]), "--page-size") == "64"
+
+
+def test_sglang_sees_no_quantization_config_for_our_architecture_only():
+    class ModelConfig:
+        def __init__(self, arch):
+            self.hf_config = types.SimpleNamespace(architectures=[arch])
+
+        def _parse_quant_hf_config(self):
+            return {"quant_method": "fp8"}
+
+    module = types.SimpleNamespace(ModelConfig=ModelConfig)
+    launch_hooks._patch_model_config(module)
+    assert module.ModelConfig(V41)._parse_quant_hf_config() is None
+    assert module.ModelConfig("LlamaForCausalLM")._parse_quant_hf_config() == {"quant_method": "fp8"}

@@ -1,0 +1,180 @@
+"""The backend forward outside a server, with SGLang's slot bookkeeping played by `Slots`.
+
+Oracle: the reference model (`reference.Transformer`, float64) on the same checkpoint, fed the
+whole sequence per request. The backend must give the same logits however the sequence
+reaches it: one shot, odd chunks, decode steps, a prefix shared through the radix cache
+(slots of another request), or batched with other requests.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_ds41.backend.kv_state import SlotState, SlotStateError, Span
+from sglang_ds41.backend.model import DeepseekV41ForCausalLM
+from sglang_ds41.checkpoint.tiny import write_tiny
+from sglang_ds41.reference.generate import generate
+from sglang_ds41.reference.weights import load_reference
+
+TOL = 1e-9  # float64: relative to max |logit|
+IMAGE_TOKEN = 129264
+PROMPT = [0, 3, 17, 9, 1200, 77, 5, 5, 5, 8, 300, 41, 12, 6, 99, 1000, 4, 2, 19, 23, 64, 7]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_tiny(tmp_path_factory.mktemp("tiny"), "base", "fp8", seed=0)
+
+
+@pytest.fixture(scope="module")
+def reference(ckpt):
+    return load_reference(ckpt, torch.float64)
+
+
+@pytest.fixture(scope="module")
+def backend(ckpt):
+    return DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64, page_size=2)
+
+
+class Slots:
+    """SGLang's KV slot bookkeeping in miniature: pages of `page` slots (slot % page ==
+    position % page), one `req_to_token` row per request, prefix pages shared like a radix hit."""
+
+    def __init__(self, cfg, rows: int = 1024, req_rows: int = 8, page: int = 2):
+        self.page, self.next_free = page, page  # page 0 is SGLang's padding page
+        self.req_to_token = torch.zeros(req_rows, rows, dtype=torch.int64)
+        self.length = [0] * req_rows
+        self.store = SlotState(cfg, rows, req_rows, torch.float64)
+
+    def share(self, row: int, source: int, n: int) -> None:
+        """Request `row` starts with the first n (page-aligned) slots of request `source`."""
+        assert n % self.page == 0
+        self.req_to_token[row, :n] = self.req_to_token[source, :n]
+        self.length[row] = n
+
+    def extend(self, row: int, n: int) -> Span:
+        start = self.length[row]
+        for pos in range(start, start + n):
+            if pos % self.page == 0:
+                self.next_free += self.page
+                base = self.next_free - self.page
+            else:
+                base = int(self.req_to_token[row, pos - 1]) - (pos - 1) % self.page
+            self.req_to_token[row, pos] = base + pos % self.page
+        self.length[row] = start + n
+        return Span(row, start, n, 0, self.req_to_token[row, : start + n].clone())
+
+
+def run(backend, slots: Slots, parts: list[tuple[int, list[int]]]) -> torch.Tensor:
+    """One forward of (row, new ids) parts -> logits [B, vocab]."""
+    spans, ids, offset = [], [], 0
+    for row, new in parts:
+        span = slots.extend(row, len(new))
+        spans.append(Span(span.row, span.start, span.length, offset, span.slots))
+        ids += new
+        offset += len(new)
+    positions = torch.cat([torch.arange(s.start, s.end) for s in spans])
+    out_loc = torch.cat([s.new_slots for s in spans])
+    return backend.next_token_logits(torch.tensor(ids), positions, out_loc, spans, slots.store)
+
+
+def ref_last(reference, ids: list[int]) -> torch.Tensor:
+    return reference(torch.tensor(ids), reference.new_state())[-1]
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Backend logits `a` vs reference `b`; the backend masks the image token (never sampled)."""
+    finite = torch.ones_like(a, dtype=torch.bool)
+    finite[IMAGE_TOKEN] = False
+    assert bool(torch.isfinite(a[finite]).all()) and a[IMAGE_TOKEN] == float("-inf")
+    return bool((a[finite] - b[finite]).abs().max() <= TOL * b[finite].abs().max())
+
+
+def test_one_shot_prefill_equals_the_reference(backend, reference):
+    slots = Slots(backend.v41.text)
+    [logits] = run(backend, slots, [(1, PROMPT)])
+    assert close(logits, ref_last(reference, PROMPT))
+
+
+def test_greedy_decode_equals_reference_generate(backend, reference):
+    slots = Slots(backend.v41.text)
+    expected = generate(reference, PROMPT, 18)
+    tokens = [int(run(backend, slots, [(1, PROMPT)])[0].argmax())]
+    while len(tokens) < 18:
+        tokens.append(int(run(backend, slots, [(1, tokens[-1:])])[0].argmax()))
+    assert tokens == expected
+    assert len(set(tokens)) > 1
+
+
+@pytest.mark.parametrize("chunks", [[5, 6, 11], [1, 2, 3, 16], [13, 9]])
+def test_odd_chunk_boundaries_give_the_one_shot_logits(backend, reference, chunks):
+    slots, start = Slots(backend.v41.text), 0
+    for n in chunks:
+        [logits] = run(backend, slots, [(2, PROMPT[start : start + n])])
+        start += n
+        assert close(logits, ref_last(reference, PROMPT[:start]))
+
+
+@pytest.mark.parametrize(
+    "shared", [10, 12, 14]
+)  # page-aligned hits; the tail's 4-grams reach into the prefix
+def test_a_prefix_hit_resumes_exactly(backend, reference, shared):
+    slots = Slots(backend.v41.text)
+    run(backend, slots, [(1, PROMPT)])
+    tail = [501, 502, 7, 9, 11]
+    slots.share(3, 1, shared)  # request 3 reuses request 1's first `shared` slots
+    [logits] = run(backend, slots, [(3, tail)])
+    assert close(logits, ref_last(reference, PROMPT[:shared] + tail))
+
+
+def test_a_batch_of_different_lengths_equals_each_request_alone(backend, reference):
+    slots = Slots(backend.v41.text)
+    a, b, c = PROMPT, PROMPT[3:10], [42] * 3
+    logits = run(backend, slots, [(1, a), (2, b), (4, c)])
+    for row, ids in zip(logits, (a, b, c), strict=True):
+        assert close(row, ref_last(reference, ids))
+    # and a mixed step: two decodes and a new prefill together
+    logits = run(backend, slots, [(1, [5]), (5, PROMPT[:7]), (2, [6])])
+    for row, ids in zip(logits, ([*a, 5], PROMPT[:7], [*b, 6]), strict=True):
+        assert close(row, ref_last(reference, ids))
+
+
+def test_a_new_request_at_an_odd_prefix_is_refused(backend):
+    slots = Slots(backend.v41.text, page=1)
+    run(backend, slots, [(1, PROMPT)])
+    slots.share(3, 1, 11)
+    with pytest.raises(SlotStateError, match="even --page-size"):
+        run(backend, slots, [(3, [5, 6])])
+
+
+def test_an_odd_page_size_is_refused(ckpt):
+    with pytest.raises(Exception, match="even page size"):
+        DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64, page_size=1)
+
+
+@pytest.mark.parametrize(("variant", "engram"), [("base", "mxfp4"), ("nvfp4", "fp8")])
+def test_the_other_checkpoint_variants_load_and_equal_their_reference(tmp_path, variant, engram):
+    ckpt = write_tiny(tmp_path / "ckpt", variant, engram, seed=0)
+    backend = DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64)
+    slots = Slots(backend.v41.text)
+    [logits] = run(backend, slots, [(1, PROMPT)])
+    assert close(logits, ref_last(load_reference(ckpt, torch.float64), PROMPT))
+
+
+def test_float32_serving_stays_within_float_noise_of_the_float32_reference(ckpt):
+    backend = DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float32)
+    slots = Slots(backend.v41.text)
+    slots.store = SlotState(backend.v41.text, 1024, 8, torch.float32)
+    [logits] = run(backend, slots, [(1, PROMPT)])
+    expected = ref_last(load_reference(ckpt, torch.float32), PROMPT)
+    keep = torch.arange(logits.numel()) != IMAGE_TOKEN
+    assert float((logits[keep] - expected[keep]).abs().max() / expected.abs().max()) < 1e-5

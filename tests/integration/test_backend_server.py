@@ -1,0 +1,232 @@
+"""The real V4.1 backend served by `sglang-ds41 serve` on CPU, against the reference model.
+
+Oracle: `reference.generate` (float64) on the same tiny checkpoint; the server computes in
+float64 too (`SGLANG_DS41_DTYPE`), so greedy tokens must agree token for token however the
+server schedules the work: one-shot or chunked prefill, radix prefix hits (page-aligned, so a
+requested prefix that ends mid ratio-2 pair or mid Engram n-gram is cut back), batches.
+
+Servers: the base checkpoint (FP8 Engram) with the radix cache on; the NVFP4 checkpoint with
+MXFP4 Engram tables, a small `--chunked-prefill-size` and the radix cache off; and (slow) the
+base checkpoint with MXFP4 Engram at `--tp 2` (Engram rows split over the ranks, lookups
+all-reduced), which must give the single-process reference's tokens. (SGLang
+wants the chunk size to be a multiple of the page size, so with `--page-size 2` server chunks
+end at even positions; odd chunk boundaries are covered by `tests/backend/test_model.py`, and
+every other decode step starts at an odd position, resuming the ratio-2 pending token.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import torch
+from sglang_ds41.encoding import encode_prompt, render_request
+
+from sglang_ds41.checkpoint.tiny import write_tiny
+from sglang_ds41.reference.generate import generate
+from sglang_ds41.reference.weights import load_reference
+from tests.integration.conftest import _STATS
+from tests.integration.server import running_server
+
+pytestmark = pytest.mark.integration
+
+STEPS = 20
+EOS = 1
+PROMPTS = [
+    [0, 3, 17, 9, 1200, 77, 5, 5, 5, 8, 300, 41, 12, 6, 99, 1000, 4, 2, 19, 23, 64, 7],
+    [0, 88, 12345, 2, 7],
+    [0, *range(1000, 1041)],  # 42 tokens
+]
+
+
+def server_env(tp: int = 1) -> dict[str, str]:
+    # float64 like the oracle; one OpenMP thread per rank (many tiny ops on a shared 2-core box)
+    cpus = sorted(os.sched_getaffinity(0))
+    bind = "|".join(str(cpus[r % len(cpus)]) for r in range(tp))
+    return {"SGLANG_DS41_DTYPE": "float64", "SGLANG_CPU_OMP_THREADS_BIND": bind}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class Served:
+    """A running server plus the reference model of the checkpoint it serves."""
+
+    def __init__(self, server, reference):
+        self.server, self.reference = server, reference
+        self.client = openai.OpenAI(base_url=server.openai_url, api_key="unused", timeout=300, max_retries=0)
+
+    def generate(self, ids: list[int], steps: int = STEPS) -> dict:
+        body = {
+            "input_ids": ids,
+            "sampling_params": {"max_new_tokens": steps, "temperature": 0, "ignore_eos": True},
+        }
+        request = urllib.request.Request(
+            self.server.url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=300) as reply:
+            return json.loads(reply.read())
+
+    def expected(self, ids: list[int], steps: int = STEPS) -> list[int]:
+        return generate(self.reference, ids, steps)
+
+
+def serve_tiny(
+    tmp_path_factory, variant: str, engram: str, args: list[str], tp: int = 1, ready_s: float = 300
+):
+    root = tmp_path_factory.mktemp(f"backend-{variant}-{engram}")
+    model_dir = write_tiny(root / "checkpoint", variant, engram, seed=0)
+    reference = load_reference(model_dir, torch.float64)
+    with running_server(
+        model_dir, args, log_path=root / "server.log", env=server_env(tp), ready_timeout_s=ready_s
+    ) as server:
+        yield Served(server, reference)
+    _STATS.append(
+        f"V4.1 backend {variant}/{engram} {' '.join(args)}: ready after {server.ready_s:.1f} s, "
+        f"peak RSS of its process tree {server.peak_rss_gib:.2f} GiB, log {server.log_path}"
+    )
+    assert server.stopped_cleanly, f"serve did not stop cleanly; log {server.log_path}"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    yield from serve_tiny(tmp_path_factory, "base", "fp8", [])
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
+    args = ["--chunked-prefill-size", "6", "--disable-radix-cache"]
+    yield from serve_tiny(tmp_path_factory, "nvfp4", "mxfp4", args)
+
+
+@pytest.fixture(scope="module")
+def tp2(tmp_path_factory):
+    # two ranks load on two shared cores: allow for a busy box
+    yield from serve_tiny(tmp_path_factory, "base", "mxfp4", ["--tp", "2"], tp=2, ready_s=900)
+
+
+# --- base checkpoint, radix cache on ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=["22-tokens", "5-tokens", "42-tokens"])
+def test_greedy_generate_equals_the_reference(base, prompt):
+    out = base.generate(prompt)
+    assert out["output_ids"] == base.expected(prompt)
+    assert len(set(out["output_ids"])) > 1
+
+
+def test_completions_with_token_id_prompt_equal_the_reference(base):
+    from sglang_ds41.assets import v41_tokenizer
+
+    prompt = PROMPTS[1]
+    reply = base.client.completions.create(
+        model="default", prompt=prompt, max_tokens=STEPS, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert reply.usage.completion_tokens == STEPS
+    assert reply.choices[0].text == v41_tokenizer().decode(base.expected(prompt), skip_special_tokens=True)
+
+
+def test_chat_completions_equal_the_reference_on_our_rendered_prompt(base):
+    from sglang_ds41.assets import v41_tokenizer
+
+    messages = [{"role": "user", "content": "Name three colours."}]
+    reply = base.client.chat.completions.create(
+        model="default",
+        messages=messages,
+        max_tokens=STEPS,
+        temperature=0,
+        extra_body={"chat_template_kwargs": {"thinking": False}, "ignore_eos": True},
+    )
+    prompt = encode_prompt(
+        render_request(
+            {"model": "DeepSeek-V4.1-Flash", "messages": messages, "thinking": {"type": "disabled"}}
+        ).prompt
+    )
+    assert reply.usage.prompt_tokens == len(prompt)
+    expected = base.expected(prompt)
+    assert reply.choices[0].message.content == v41_tokenizer().decode(expected, skip_special_tokens=True)
+
+
+def test_prompt_logprobs_are_the_reference_log_softmax(base):
+    prompt = PROMPTS[0]
+    reply = base.client.completions.create(
+        model="default", prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=True
+    )
+    got = reply.choices[0].logprobs.token_logprobs[1 : len(prompt)]
+    logits = base.reference(torch.tensor(prompt), base.reference.new_state())  # [P, vocab]
+    expected = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(prompt[1:])[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(got, dtype=torch.float64), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("shared", [40, 33, 27], ids=["page-aligned", "mid-ratio2-pair", "mid-4gram"])
+def test_a_prefix_hit_resumes_exactly(base, shared):
+    """The second request shares `shared` tokens with the first; the hit is cut back to the
+    page (even), the rest is recomputed, and the tokens are the uncached reference's."""
+    first = [0, *range(2000, 2044)]  # 45 tokens, fresh in the cache
+    base.generate(first, steps=1)
+    second = [*first[:shared], 7, 8, 9, 10, 11]
+    out = base.generate(second)
+    cached = out["meta_info"]["cached_tokens"]
+    assert 0 < cached <= shared and cached % 2 == 0
+    assert out["output_ids"] == base.expected(second)
+
+
+def test_a_repeated_prompt_hits_the_cache_and_continues_exactly(base):
+    prompt = [0, *range(3000, 3030)]
+    first = base.generate(prompt)
+    again = base.generate(prompt)
+    assert again["meta_info"]["cached_tokens"] >= len(prompt) - 2
+    assert first["output_ids"] == again["output_ids"] == base.expected(prompt)
+
+
+def test_a_concurrent_batch_of_different_lengths_equals_each_request_alone(base):
+    prompts = [[0, *range(4000, 4000 + n)] for n in (3, 17, 30, 8)]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        outs = list(pool.map(base.generate, prompts))
+    for prompt, out in zip(prompts, outs, strict=True):
+        assert out["output_ids"] == base.expected(prompt)
+
+
+# --- NVFP4 experts + MXFP4 Engram, chunked prefill, no radix cache ------------------------------
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[::2], ids=["22-tokens", "42-tokens"])
+def test_chunked_prefill_of_the_nvfp4_mxfp4_checkpoint_equals_the_reference(chunked, prompt):
+    out = chunked.generate(prompt)
+    assert out["meta_info"]["cached_tokens"] == 0
+    assert out["output_ids"] == chunked.expected(prompt)
+
+
+# --- TP 2 (slow: two ranks start in ~2.5 min on the CI box) -------------------------------------
+
+
+@pytest.mark.slow
+def test_tp2_ranks_each_hold_half_of_every_engram_table(tp2):
+    log = tp2.server.log_path.read_text(errors="replace")
+    for layer, rows in ((1, 434), (2, 606)):  # tiny engram_num_embeddings
+        held = set(
+            re.findall(rf"Engram layer {layer}: TP rank (\d)/2 holds rows (\d+):(\d+) of {rows} ", log)
+        )
+        assert {rank for rank, _, _ in held} == {"0", "1"}
+        bounds = sorted((int(a), int(b)) for _, a, b in held)
+        assert bounds[0][0] == 0 and bounds[0][1] == bounds[1][0] and bounds[1][1] == rows
+
+
+@pytest.mark.slow
+def test_tp2_greedy_tokens_and_prefix_hits_equal_the_reference(tp2):
+    first = PROMPTS[2]
+    assert tp2.generate(first)["output_ids"] == tp2.expected(first)
+    second = [*first[:33], 5, 6, 7]
+    out = tp2.generate(second)
+    assert out["meta_info"]["cached_tokens"] == 32
+    assert out["output_ids"] == tp2.expected(second)
