@@ -32,12 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"sglang_ds41.commands.{module_name}")
         sub = subparsers.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        # A command with PASSTHROUGH = True gets flags it does not know in `args.args` (serve
+        # hands them to sglang.launch_server), wherever they stand on the command line.
+        sub.set_defaults(run=module.run, passthrough=getattr(module, "PASSTHROUGH", False))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if not args.passthrough:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.args = [*args.args, *unknown]
     try:
         return args.run(args)
     except Ds41Error as error:

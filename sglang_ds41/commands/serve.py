@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 NAME = "serve"
+PASSTHROUGH = True  # unknown flags (--port, --tp, ...) go to sglang.launch_server
 HELP = (
     "Serve a DeepSeek-V4.1 checkpoint with SGLang (python -m sglang.launch_server) using the "
     "sglang-ds41 backend, the V4.1 reasoning and tool-call parsers, and on a machine without a "

@@ -38,6 +38,23 @@ def test_tiny_serves_the_cached_tiny_checkpoint(tmp_path, monkeypatch, launched)
     assert argv[argv.index("--model-path") + 1] == str(built)
 
 
+def test_tiny_passes_sglang_flags_through_without_a_separator(tmp_path, monkeypatch, launched):
+    built = tmp_path / "tiny"
+    built.mkdir()
+    (built / "config.json").write_text("{}")
+    monkeypatch.setattr(serve, "tiny_checkpoint", lambda: built)
+    assert cli.main(["serve", "--tiny", "--port", "31002", "--disable-radix-cache"]) == 0
+    argv = launched[0].argv
+    assert argv[argv.index("--port") + 1] == "31002"
+    assert "--disable-radix-cache" in argv
+
+
+def test_other_commands_still_refuse_unknown_flags(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["render", "x.json", "--port", "1"])
+    assert "unrecognized arguments: --port 1" in capsys.readouterr().err
+
+
 def test_tiny_with_a_model_dir_is_refused(capsys, launched):
     assert cli.main(["serve", "--tiny", "some/dir"]) == 2
     assert "drop MODEL_DIR" in capsys.readouterr().err
