@@ -25,26 +25,57 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog="sglang-ds41", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    passthrough: dict[str, argparse.ArgumentParser] = {}
     for module_name in COMMAND_MODULES:
         module = importlib.import_module(f"sglang_ds41.commands.{module_name}")
         sub = subparsers.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
-        # A command with PASSTHROUGH = True gets flags it does not know in `args.args` (serve
-        # hands them to sglang.launch_server), wherever they stand on the command line.
-        sub.set_defaults(run=module.run, passthrough=getattr(module, "PASSTHROUGH", False))
-    return parser
+        sub.set_defaults(run=module.run)
+        if getattr(module, "PASSTHROUGH", False):
+            passthrough[module.NAME] = sub
+    return parser, passthrough
+
+
+def split_passthrough(sub: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """A PASSTHROUGH command's own options (with their values) vs everything else, in order.
+
+    Lets `serve --tiny --port 8000` hand `--port 8000` to SGLang while `--tiny` stays ours;
+    everything after a bare `--` is passed through untouched.
+    """
+    own_options = {opt: action for action in sub._actions for opt in action.option_strings}
+    own: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            rest.extend(argv[i + 1 :])
+            break
+        action = own_options.get(token.split("=", 1)[0])
+        if action is None:
+            rest.append(token)
+        else:
+            own.append(token)
+            if "=" not in token and action.nargs != 0 and i + 1 < len(argv):
+                i += 1
+                own.append(argv[i])
+        i += 1
+    return own, rest
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:
-        if not args.passthrough:
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-        args.args = [*args.args, *unknown]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, passthrough = build_parser()
+    if argv and argv[0] in passthrough:
+        # Such a command's positional `args` collects what it passes on (see split_passthrough).
+        own, rest = split_passthrough(passthrough[argv[0]], argv[1:])
+        args = parser.parse_args([argv[0], *own])
+        args.args = rest
+    else:
+        args = parser.parse_args(argv)
     try:
         return args.run(args)
     except Ds41Error as error:
