@@ -11,11 +11,13 @@ import contextlib
 import inspect
 import json
 import os
+import queue
 import random
 import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -180,6 +182,38 @@ class ThreadExecutor:
         return ToolOutcome("ok", result_text(value))
 
 
+class _DaemonWorkers:
+    """Daemon threads that run tool functions, reused from call to call.
+
+    Starting a thread per call costs a GIL hand-off (`Thread.start` waits for the new thread),
+    which on a busy machine was milliseconds per call. A timed-out tool keeps its worker busy
+    (Python cannot stop it), so a call that finds no idle worker starts a new one.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1  # that worker is now promised to this job
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name="tool", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+_workers = _DaemonWorkers()
+
+
 def _in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
     """Like `asyncio.to_thread`, but in a daemon thread outside the loop's executor, so an
     abandoned (timed-out) tool keeps neither the event loop's shutdown nor the process waiting."""
@@ -203,7 +237,7 @@ def _in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle, value, error)
 
-    threading.Thread(target=work, name="tool", daemon=True).start()
+    _workers.submit(work)
     return future
 
 
@@ -241,6 +275,7 @@ def _run_forked(call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolO
             view = memoryview(data)
             while view:
                 view = view[os.write(write_fd, view) :]
+            os.close(write_fd)  # EOF now: the parent need not wait for this process's teardown
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -263,13 +298,33 @@ def _run_forked(call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolO
                 chunks.append(chunk)
     finally:
         os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
     if not chunks:
+        _, status = os.waitpid(pid, 0)
         return ToolOutcome(
             "error", f"Error: {call.tool.name} crashed (exit status {status}) without a result."
         )
+    _reap_later(pid)
     payload = json.loads(b"".join(chunks))
     return ToolOutcome(payload["status"], payload["text"])
+
+
+_exiting: list[int] = []  # children that sent their result and may still be exiting
+_exiting_lock = threading.Lock()
+
+
+def _reap_later(pid: int) -> None:
+    """Reap the children of earlier calls, not the one that just answered.
+
+    Its exit (tearing down a copy of our address space) takes about as long as the fork did; it
+    overlaps with the run going on, and the next call reaps it. So at most the latest child of
+    each concurrent call is left as a zombie, and only until the next call.
+    """
+    with _exiting_lock:
+        earlier = _exiting[:]
+        _exiting[:] = [pid]
+    for child in earlier:
+        with contextlib.suppress(ChildProcessError):  # already reaped by someone else
+            os.waitpid(child, 0)
 
 
 def default_executor() -> ToolExecutor:

@@ -26,6 +26,7 @@ from .log import EventLog, read_log
 from .output import repair_prompt, to_jsonable
 from .result import RunResult
 from .tools import PreparedCall, ToolContext
+from .transport import post_completion, post_streamed
 
 Input = str | list[dict[str, Any]]
 INTERRUPTED = (
@@ -245,6 +246,11 @@ class _Loop:
         self.emit(event)
         return event
 
+    def sync(self) -> None:
+        """Make the logged events durable; called before the run acts outside this process."""
+        if self.log is not None:
+            self.log.sync()
+
     def emit(self, event: Event) -> None:
         if self.publish is not None:
             self.publish(event)
@@ -290,6 +296,7 @@ class _Loop:
                 self.record(
                     "message", message={"role": "latest_reminder", "content": text}, reason="reminder"
                 )
+        self.sync()
         reply = await self.request_model(self.build_request())
         for warning in reply.warnings:
             self.emit(Event("warning", {"message": warning}))
@@ -401,8 +408,7 @@ class _Loop:
                 await asyncio.sleep(delay)
 
     async def completion(self, body: dict[str, Any], timeout: float | None) -> _Reply:
-        kwargs = {"timeout": timeout} if timeout is not None else {}
-        response = await self.client.chat.completions.create(**body, **kwargs)
+        response = await post_completion(self.client, body, timeout)
         if not response.choices:
             raise ModelRequestError("the server returned a completion without choices")
         choice = response.choices[0]
@@ -419,10 +425,7 @@ class _Loop:
         return self.reply(msg.content, reasoning, calls, choice.finish_reason, _usage(response.usage))
 
     async def streamed_completion(self, body: dict[str, Any], timeout: float | None) -> _Reply:
-        kwargs = {"timeout": timeout} if timeout is not None else {}
-        stream = await self.client.chat.completions.create(
-            **body, stream=True, stream_options={"include_usage": True}, **kwargs
-        )
+        stream = await post_streamed(self.client, body, timeout)
         content: list[str] = []
         reasoning: list[str] | None = None
         calls: dict[int, dict[str, Any]] = {}
@@ -434,7 +437,9 @@ class _Loop:
                 delta = choice.delta
                 piece = getattr(delta, "reasoning_content", None)
                 if piece is not None:
-                    reasoning = (reasoning or []) + [piece]
+                    if reasoning is None:
+                        reasoning = []
+                    reasoning.append(piece)
                     if piece:
                         self.emit(Event("reasoning_delta", {"text": piece}))
                 if delta.content:
@@ -523,8 +528,10 @@ class _Loop:
                 if not call.started:
                     self.record("tool_started", call_id=call.id, name=call.name, arguments=call.arguments)
                 if not self.limits.parallel_tool_calls:
+                    self.sync()
                     await self.execute(prepared)
-        if self.limits.parallel_tool_calls:
+        if self.limits.parallel_tool_calls and to_run:
+            self.sync()
             await asyncio.gather(*(self.execute(p) for p in to_run))
         self.check_retry_budgets()
 

@@ -7,6 +7,10 @@ when the DeepSeek renderer refuses it (unanswered calls, bad roles, ...). A `Rep
 model output text (`reasoning</think>content` plus DSML calls) run through the real output
 parser with the request's parsing options, so the DSML path is exercised end to end.
 
+Every request's handling time is recorded in `timings` (`Timing`: perf_counter start/end and the
+handler thread's CPU time), so a benchmark can subtract the server's own work (JSON decoding of
+the growing transcript, rendering when validating, encoding the reply) from a client's step time.
+
 This stands in for a real SGLang server with scripted output; the runner does not know which
 of the two it talks to.
 """
@@ -66,11 +70,30 @@ class Recorded:
     prompt: str | None = None  # the rendered prompt, when validate=True
 
 
+@dataclass(frozen=True)
+class Timing:
+    """One request as the server saw it, from its parsed request line to the last byte written.
+
+    `cpu_s` is the handler thread's own CPU time: unlike `end - start` it leaves out time spent
+    waiting for the GIL while an in-process client ran, which is the client's work, not ours.
+    """
+
+    path: str
+    start: float  # time.perf_counter()
+    end: float
+    cpu_s: float
+
+    @property
+    def wall_s(self) -> float:
+        return self.end - self.start
+
+
 @dataclass
 class ScriptedServer:
     script: Script
     validate: bool = False
     requests: list[Recorded] = field(default_factory=list)
+    timings: list[Timing] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -189,13 +212,34 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
 
+    def parse_request(self) -> bool:
+        # The request line was just read: from here on the time is the server's own work.
+        self._start, self._cpu = time.perf_counter(), time.thread_time()
+        return super().parse_request()
+
+    def _timed(self, handle: Callable[[], None]) -> None:
+        try:
+            handle()
+        finally:
+            timing = Timing(
+                self.path, self._start, time.perf_counter(), time.thread_time() - self._cpu
+            )
+            with self.server_owner._lock:
+                self.server_owner.timings.append(timing)
+
     def do_GET(self) -> None:
+        self._timed(self._get)
+
+    def do_POST(self) -> None:
+        self._timed(self._post)
+
+    def _get(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
             self._json(200, {"object": "list", "data": [{"id": "DeepSeek-V4.1-Flash", "object": "model"}]})
         else:
             self._json(404, {"error": {"message": f"no route {self.path}"}})
 
-    def do_POST(self) -> None:
+    def _post(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         if not self.path.rstrip("/").endswith("/chat/completions"):

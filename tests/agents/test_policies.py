@@ -273,3 +273,43 @@ def test_tool_failures_go_back_to_the_model_until_the_retry_budget_is_spent(serv
     results = [m["content"] for m in info.value.messages if m["role"] == "tool"]
     assert results == ["Error: ValueError: boom 0", "Error: ValueError: boom 1"]
     assert len(server.requests) == 2
+
+
+def test_thread_executor_serves_new_calls_while_a_timed_out_tool_still_runs():
+    @function_tool
+    def hang(seconds: float) -> str:
+        """Sleeps."""
+        time.sleep(seconds)
+        return "late"
+
+    async def go():
+        ex = ThreadExecutor()
+        first = await ex.execute(hang.prepare("a", '{"seconds": 1.5}'), ToolContext("a", "hang"), 0.1)
+        start = time.monotonic()
+        second = await ex.execute(ping.prepare("b", '{"tag": "q"}'), ToolContext("b", "ping"), 5)
+        return first, second, time.monotonic() - start
+
+    first, second, took = asyncio.run(go())
+    assert first.status == "timeout"
+    assert (second.status, second.text) == ("ok", "pong q")
+    assert took < 1.0  # not queued behind the hung tool
+
+
+def test_process_executor_leaves_no_children_behind():
+    call = ping.prepare("c", '{"tag": "z"}')
+
+    async def go():
+        return [await ProcessExecutor().execute(call, ToolContext("c", "ping"), 10) for _ in range(10)]
+
+    assert [o.text for o in asyncio.run(go())] == ["pong z"] * 10
+    time.sleep(0.5)  # let the last child finish exiting
+    unreaped = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if not pid:
+            break
+        unreaped += 1
+    assert unreaped <= 1  # only the last call's child may still await its reaper
