@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sglang_ds41.checkpoint.reader import Checkpoint, CheckpointError
+from sglang_ds41.checkpoint.reader import Checkpoint
 from sglang_ds41.engram.table import EngramTable
-from sglang_ds41.reference.weights import COMPANIONS, UNUSED_PREFIXES, checkpoint_name
+from sglang_ds41.reference.weights import checkpoint_name, fill_dense_parameters, require_all_used
 
 # Prefix of the language model's parameters inside the SGLang model class (`self.model`).
 MODEL_PREFIX = "model."
@@ -45,27 +45,10 @@ def load_checkpoint(
     naming the tensor on a missing tensor, a shape mismatch, or an unused language-model tensor."""
     ckpt = Checkpoint.open(model_dir)
     try:
-        manifest, text = ckpt.manifest, ckpt.config.text
-        used: set[str] = set()
-        for param, p in module.named_parameters():
-            name = backend_checkpoint_name(param)
-            prefix = name.removesuffix(".weight")
-            fmt = manifest.format_of(prefix)
-            if fmt is None:
-                raise CheckpointError(
-                    f"{ckpt.root}: backend parameter {param} expects checkpoint tensor {name}, which "
-                    "this checkpoint's layout does not have"
-                )
-            stored = manifest[name].dtype if name in manifest else None
-            target = torch.float32 if stored == "F32" and dtype == torch.bfloat16 else dtype
-            value = ckpt.dense(prefix, dtype=target)
-            if tuple(value.shape) != tuple(p.shape):
-                raise CheckpointError(
-                    f"{ckpt.root}: tensor {name} dequantises to shape {list(value.shape)}, the backend "
-                    f"expects {list(p.shape)} for {param}"
-                )
-            p.data = value
-            used.update([prefix + s for s in COMPANIONS[fmt]] if fmt in COMPANIONS else [name])
+        text = ckpt.config.text
+        used = fill_dense_parameters(
+            ckpt, module.named_parameters(), backend_checkpoint_name, dtype, "the backend"
+        )
         layout = engram_layout(ckpt)
         for layer, engram in engram_layers.items():
             prefix = f"layers.{layer}.engram"
@@ -79,12 +62,7 @@ def load_checkpoint(
                 head_dim=text.engram_head_dim,
             )
             used.update((f"{prefix}.embed.weight", f"{prefix}.embed.scale"))
-        unused = [s.name for s in manifest if s.name not in used and not s.name.startswith(UNUSED_PREFIXES)]
-        if unused:
-            raise CheckpointError(
-                f"{ckpt.root}: {len(unused)} language-model tensors are not used by the backend "
-                f"(a name-mapping bug), e.g. {unused[:5]}"
-            )
+        require_all_used(ckpt, used, "the backend")
         return sorted(used)
     finally:
         ckpt.close()

@@ -15,6 +15,7 @@ tensor of the checkpoint must have been used, so a mapping mistake fails loudly 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -43,6 +44,50 @@ def checkpoint_name(param: str) -> str:
     return _HC.sub(r".hc_\1_\2", param)
 
 
+def fill_dense_parameters(
+    ckpt: Checkpoint,
+    named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
+    to_checkpoint_name: Callable[[str], str],
+    dtype: torch.dtype,
+    owner: str,
+) -> set[str]:
+    """Set each parameter to its checkpoint tensor dequantised to `dtype` (F32-stored tensors stay
+    float32 in a bfloat16 model); returns the stored tensor names used. Shared by the reference
+    and the SGLang backend, so both runtimes read identical weights."""
+    manifest = ckpt.manifest
+    used: set[str] = set()
+    for param, p in named_parameters:
+        name = to_checkpoint_name(param)
+        prefix = name.removesuffix(".weight")
+        fmt = manifest.format_of(prefix)
+        if fmt is None:
+            raise CheckpointError(
+                f"{ckpt.root}: parameter {param} of {owner} expects checkpoint tensor {name}, which "
+                "this checkpoint's layout does not have"
+            )
+        stored_dtype = manifest[name].dtype if name in manifest else None
+        target = torch.float32 if stored_dtype == "F32" and dtype == torch.bfloat16 else dtype
+        value = ckpt.dense(prefix, dtype=target)
+        if tuple(value.shape) != tuple(p.shape):
+            raise CheckpointError(
+                f"{ckpt.root}: tensor {name} dequantises to shape {list(value.shape)}, {owner} "
+                f"expects {list(p.shape)} for {param}"
+            )
+        p.data = value
+        used.update([prefix + s for s in COMPANIONS[fmt]] if fmt in COMPANIONS else [name])
+    return used
+
+
+def require_all_used(ckpt: Checkpoint, used: set[str], owner: str) -> None:
+    """Every language-model tensor of the checkpoint was read: a name-mapping bug fails by name."""
+    unused = [s.name for s in ckpt.manifest if s.name not in used and not s.name.startswith(UNUSED_PREFIXES)]
+    if unused:
+        raise CheckpointError(
+            f"{ckpt.root}: {len(unused)} language-model tensors are not used by {owner} "
+            f"(a name-mapping bug), e.g. {unused[:5]}"
+        )
+
+
 def load_reference(
     model_dir: str | Path,
     dtype: torch.dtype = torch.float32,
@@ -60,7 +105,7 @@ def load_reference(
 
 
 def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | None) -> Transformer:
-    config, manifest = ckpt.config, ckpt.manifest
+    config = ckpt.config
     tokenizer = ckpt.root / "tokenizer.json"
     if not tokenizer.is_file():
         from sglang_ds41.assets import TOKENIZER_JSON
@@ -68,26 +113,7 @@ def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | No
         tokenizer = TOKENIZER_JSON
     hasher = EngramHasher.for_tokenizer(config, tokenizer, cache_dir=token_map_cache)
     model = Transformer(config, hasher)
-    used: set[str] = set()
-    for param, p in model.named_parameters():
-        name = checkpoint_name(param)
-        prefix = name.removesuffix(".weight")
-        fmt = manifest.format_of(prefix)
-        if fmt is None:
-            raise CheckpointError(
-                f"{ckpt.root}: model parameter {param} expects checkpoint tensor {name}, which this "
-                "checkpoint's layout does not have"
-            )
-        stored_dtype = manifest[name].dtype if name in manifest else None
-        target = torch.float32 if stored_dtype == "F32" and dtype == torch.bfloat16 else dtype
-        value = ckpt.dense(prefix, dtype=target)
-        if tuple(value.shape) != tuple(p.shape):
-            raise CheckpointError(
-                f"{ckpt.root}: tensor {name} dequantises to shape {list(value.shape)}, the model "
-                f"expects {list(p.shape)} for {param}"
-            )
-        p.data = value
-        used.update([prefix + s for s in COMPANIONS[fmt]] if fmt in COMPANIONS else [name])
+    used = fill_dense_parameters(ckpt, model.named_parameters(), checkpoint_name, dtype, "the model")
     text = config.text
     for layer in text.engram_layer_ids:
         prefix = f"layers.{layer}.engram"
@@ -95,12 +121,5 @@ def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | No
             ckpt.root, prefix, pin=False, head_dim=text.engram_head_dim
         )
         used.update((f"{prefix}.embed.weight", f"{prefix}.embed.scale"))
-    unused = [
-        spec.name for spec in manifest if spec.name not in used and not spec.name.startswith(UNUSED_PREFIXES)
-    ]
-    if unused:
-        raise CheckpointError(
-            f"{ckpt.root}: {len(unused)} language-model tensors are not used by the reference model "
-            f"(a name-mapping bug), e.g. {unused[:5]}"
-        )
+    require_all_used(ckpt, used, "the reference model")
     return model.requires_grad_(False).eval()
