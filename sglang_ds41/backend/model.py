@@ -22,8 +22,14 @@ checkpoint's `quantization_config` is ours to interpret (the shared loader dequa
 TP (first version): dense weights replicated, every rank runs the whole forward; Engram tables
 row-sharded across ranks, lookups all-reduced (exact: every row has one owner, the others add
 zeros). Logits and logprobs go through SGLang's `LogitsProcessor` (no vocab gather: the head
-is replicated). Not yet served: image inputs (image token ids are embedded as text; the image
-token is never sampled), speculative decoding (DSpark).
+is replicated). Not yet served: speculative decoding (DSpark).
+
+Images (`images.py`): SGLang's V4.1 processor expands each placeholder into the image's span;
+the scheduler pads the span with hash-derived ids (radix keys by image data); on prefill the
+shared `VisionTower` (replicated on every rank) embeds each image and its rows replace the
+token embeddings at image positions; the pad ids go back to `image_token_id` before anything
+else sees them (slot-store history, Engram: DEAD, router: `bias_vl`). The image token is never
+sampled (its logit is masked).
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.table import EngramTable
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model import HyperConnection, MoE, Published, RMSNorm, collapse, expand, first_pre, upcast
+from sglang_ds41.model.vision import VisionTower
 
+from . import images
 from .attention import SlotAttention, batch_attention
 from .kv_state import SlotState, Span
 
@@ -141,12 +149,18 @@ class DeepseekV41Model(nn.Module):
         self.norm = RMSNorm(d, t.rms_norm_eps)
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, spans: list[Span], store: SlotState
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        spans: list[Span],
+        store: SlotState,
+        input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """New tokens of all requests [T] at `positions` [T] -> final hidden states [T, D]."""
+        """New tokens of all requests [T] at `positions` [T] -> final hidden states [T, D].
+        `input_embeds` [T, D]: the input embeddings when images replaced some (else the table's)."""
         t = input_ids.shape[0]
         is_image = input_ids == self.image_token_id
-        e = self.embed(input_ids)
+        e = self.embed(input_ids) if input_embeds is None else input_embeds.to(self.embed.weight.dtype)
         r = e[:, None, :].expand(t, self.text.hc_mult, e.shape[-1]).contiguous()  # [T, hc, D]
         engram_ids = self.engram_rows(input_ids, spans, store)  # [T, n_engram_layers, n_columns]
         pre = first_pre(r)
@@ -229,6 +243,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         self.model = DeepseekV41Model(self.v41, hasher)
         self.head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
         self.store: SlotState | None = None
+        self.vision_tower: VisionTower | None = None  # built by load_weights (it has its own loader)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Ignores SGLang's iterator (nothing is read from it) and loads through the shared
@@ -237,6 +252,11 @@ class DeepseekV41ForCausalLM(nn.Module):
 
         engram = {layer.layer: layer.engram for layer in self.model.layers if layer.engram is not None}
         load_checkpoint(self, self.model_dir, self.dtype, engram, self.tp_rank, self.tp_size)
+        if self.v41.vision is not None:
+            from sglang_ds41.vision.weights import load_vision_tower
+
+            # Registered after the language model's tensors are filled: its names are its own.
+            self.vision_tower = load_vision_tower(self.model_dir, self.dtype).to(self.head.weight.device)
         self.requires_grad_(False).eval()
         for layer, module in engram.items():
             shard = module.table.shard
@@ -281,6 +301,17 @@ class DeepseekV41ForCausalLM(nn.Module):
             offset += length
         return spans
 
+    def pad_input_ids(self, input_ids, mm_inputs):
+        """SGLang's scheduler hook: image spans keyed by their image data in the radix cache."""
+        return images.pad_ids(input_ids, mm_inputs)
+
+    @torch.no_grad()
+    def get_image_feature(self, items) -> list[torch.Tensor]:
+        """SGLang's embedding hook: one complete span of embeddings per image item."""
+        if self.vision_tower is None:
+            raise BackendError(f"{self.model_dir}: a request has images but no vision tower was loaded")
+        return images.image_spans(self.vision_tower, items, self.head.weight.device)
+
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, *args, **kwargs):
         if input_ids.numel() == 0:
@@ -289,7 +320,11 @@ class DeepseekV41ForCausalLM(nn.Module):
             return LogitsProcessorOutput(next_token_logits=torch.zeros(0, self.v41.text.vocab_size))
         store = self.slot_store()
         spans = self.spans(forward_batch, input_ids.numel())
-        h = self.hidden_states(input_ids, positions, forward_batch.out_cache_loc, spans, store)
+        embeds = None
+        if images.has_images(forward_batch):
+            embeds = images.prompt_embeddings(self, input_ids, forward_batch, self.model.embed)
+        input_ids = images.vocab_ids(input_ids, self.model.image_token_id)
+        h = self.hidden_states(input_ids, positions, forward_batch.out_cache_loc, spans, store, embeds)
         out = self.logits_processor(input_ids, h, self.head, forward_batch)
         if out.next_token_logits is not None:
             out.next_token_logits[:, self.model.image_token_id] = float("-inf")  # needs image embeddings
@@ -303,14 +338,15 @@ class DeepseekV41ForCausalLM(nn.Module):
         out_cache_loc: torch.Tensor,
         spans: list[Span],
         store: SlotState,
+        input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The batch's new tokens [T] (span order), written at slots `out_cache_loc` [T] ->
-        final hidden states [T, D] (before the head)."""
+        final hidden states [T, D] (before the head); `input_embeds` [T, D] with images."""
         expected = torch.cat([torch.arange(s.start, s.end) for s in spans])
         if not torch.equal(positions.cpu().to(torch.int64), expected):
             raise BackendError("forward batch: positions are not each request's next contiguous positions")
         store.write_tokens(out_cache_loc.to(torch.int64), input_ids)
-        return self.model(input_ids, positions.to(torch.int64), spans, store)
+        return self.model(input_ids, positions.to(torch.int64), spans, store, input_embeds)
 
     @torch.no_grad()
     def next_token_logits(
@@ -320,10 +356,11 @@ class DeepseekV41ForCausalLM(nn.Module):
         out_cache_loc: torch.Tensor,
         spans: list[Span],
         store: SlotState,
+        input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Outside a server: logits [B, vocab] of each request's last new token (fp32 math,
         float64 in float64), the image token masked as the server masks it."""
-        h = self.hidden_states(input_ids, positions, out_cache_loc, spans, store)
+        h = self.hidden_states(input_ids, positions, out_cache_loc, spans, store, input_embeds)
         last = torch.tensor([s.offset + s.length - 1 for s in spans])
         logits = F.linear(upcast(h[last]), upcast(self.head.weight))  # [B, vocab]
         logits[:, self.model.image_token_id] = float("-inf")

@@ -44,15 +44,18 @@ def generate(
     temperature: float = 0.0,
     stop_ids: tuple[int, ...] = (),
     seed: int = 0,
+    image_embeds: torch.Tensor | None = None,
 ) -> list[int]:
-    """New token ids after `prompt_ids` (text only), stopping after a stop id or the limit.
+    """New token ids after `prompt_ids`, stopping after a stop id or the limit.
 
-    The image token is never produced: its position would need image embeddings."""
+    `image_embeds` [n, D]: the input embeddings of the prompt's n image positions, in order
+    (`vision.build_image_prompt`); None for a text-only prompt. The image token is never
+    produced: its position would need image embeddings."""
     if not prompt_ids:
         raise Ds41Error("generate: the prompt has no tokens")
     generator = torch.Generator().manual_seed(seed)
     state = model.new_state()
-    logits = model(torch.tensor(prompt_ids), state)[-1]
+    logits = model(torch.tensor(prompt_ids), state, image_embeds)[-1]
     out: list[int] = []
     for _ in range(max_new_tokens):
         logits[model.image_token_id] = float("-inf")
