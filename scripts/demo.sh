@@ -21,7 +21,8 @@ MODEL_DIR=$("$PY" -c "from sglang_ds41.backend.serve import tiny_checkpoint; pri
 ds41 inspect "$MODEL_DIR" | sed -n 1,12p
 PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 LOG=$(mktemp -t sglang-ds41-tiny-XXXXXX.log)
-SGLANG_DS41_DTYPE=float64 ds41 serve "$MODEL_DIR" --port "$PORT" >"$LOG" 2>&1 &
+# Started directly (not through the ds41 shell function) so that $! is the server's own PID.
+SGLANG_DS41_DTYPE=float64 "$VENV/bin/sglang-ds41" serve "$MODEL_DIR" --port "$PORT" >"$LOG" 2>&1 &
 SERVER=$!
 stop() { kill -TERM "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -f "$LOG"; }
 trap stop EXIT
