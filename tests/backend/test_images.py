@@ -28,11 +28,8 @@ MM_PAD_SHIFT = 1_000_000  # SGLang 0.5.23's first image pad value (schedule_batc
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Many tiny ops: one thread (see tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,8 @@ PROMPT = [0, 3, 17, 9, 1200, 77, 5, 5, 5, 8, 300, 41, 12, 6, 99, 1000, 4, 2, 19,
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Many tiny ops: one thread (see tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

@@ -129,11 +129,12 @@ def test_fast_recoding_equals_the_definition_on_every_byte_and_scale():
     assert np.array_equal((positive_zero[0] | positive_zero[1] << 4)[finite], back[finite])
 
 
-def test_reference_logits_on_the_converted_checkpoint_stay_within_the_bound(converted, tiny_dir, tmp_path):
+def test_reference_logits_on_the_converted_checkpoint_stay_within_the_bound(
+    converted, tiny_dir, tmp_path, one_torch_thread
+):
     """MXFP4 tables change the tiny model's logits (its random Engram path is large), but by far
     less than removing Engram does; the measured numbers are printed (pytest -s)."""
     reference = pytest.importorskip("sglang_ds41.reference.weights")
-    torch.set_num_threads(1)
     load = lambda root: reference.load_reference(root, torch.float64, token_map_cache=tmp_path)  # noqa: E731
     source, mx, ablated = load(tiny_dir()), load(converted()), load(tiny_dir())
     for block in ablated.layers:

@@ -6,18 +6,13 @@ import io
 from pathlib import Path
 
 import pytest
-import torch
 
 from sglang_ds41.checkpoint.tiny import write_tiny
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Many tiny ops: on the shared 2-core CI box one thread is much faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_torch_thread):
+    """Many tiny ops: one thread (see tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")
