@@ -97,6 +97,7 @@ class ScriptedServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._timed = threading.Condition(self._lock)
         self._count = 0
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -132,6 +133,17 @@ class ScriptedServer:
     @property
     def bodies(self) -> list[dict[str, Any]]:
         return [r.body for r in self.requests]
+
+    def wait_for_timings(self, count: int, timeout_s: float = 5.0) -> list[Timing]:
+        """The first `count` timings, once recorded.
+
+        A handler records its timing after the last byte went out, so a client that already
+        has its response can still be ahead of that record; this waits for it (bounded).
+        """
+        with self._timed:
+            if not self._timed.wait_for(lambda: len(self.timings) >= count, timeout=timeout_s):
+                raise TimeoutError(f"{len(self.timings)} of {count} requests timed after {timeout_s} s")
+            return list(self.timings[:count])
 
     # ---- one request ----------------------------------------------------------------------
 
@@ -224,8 +236,9 @@ class _Handler(BaseHTTPRequestHandler):
             timing = Timing(
                 self.path, self._start, time.perf_counter(), time.thread_time() - self._cpu
             )
-            with self.server_owner._lock:
+            with self.server_owner._timed:
                 self.server_owner.timings.append(timing)
+                self.server_owner._timed.notify_all()
 
     def do_GET(self) -> None:
         self._timed(self._get)

@@ -60,7 +60,8 @@ def script(steps: int):
 
 def client_ms(server: ScriptedServer, end: float) -> tuple[list[float], dict[str, float]]:
     """Per-step client time (ms) for each request but the last, and the server totals."""
-    posts = sorted((t for t in server.timings if t.path.endswith("/chat/completions")), key=lambda t: t.start)
+    timings = server.wait_for_timings(len(server.requests))
+    posts = sorted((t for t in timings if t.path.endswith("/chat/completions")), key=lambda t: t.start)
     arrivals = [t.start for t in posts] + [end]
     steps = [(arrivals[i + 1] - arrivals[i] - t.cpu_s) * 1e3 for i, t in enumerate(posts)]
     totals = {

@@ -15,7 +15,7 @@ def test_each_request_is_timed_with_its_cpu_time_separate_from_waiting(serve):
     for _ in range(2):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     after = time.perf_counter()
-    slow, fast = server.timings
+    slow, fast = server.wait_for_timings(2)
     assert slow.path.endswith("/chat/completions") and fast.path.endswith("/chat/completions")
     assert before <= slow.start < slow.end <= fast.start < fast.end <= after
     assert slow.wall_s >= 0.2  # the scripted delay is handling time ...
