@@ -19,10 +19,12 @@ the exactness tests use float64, like the reference oracle), else in SGLang's `-
 checkpoint's `quantization_config` is ours to interpret (the shared loader dequantises), so
 `launch_hooks` keeps SGLang's quantization machinery out of it.
 
-TP (first version): dense weights replicated, every rank runs the whole forward; Engram tables
-row-sharded across ranks, lookups all-reduced (exact: every row has one owner, the others add
-zeros). Logits and logprobs go through SGLang's `LogitsProcessor` (no vocab gather: the head
-is replicated). Not yet served: speculative decoding (DSpark).
+TP (MODEL.md §13, `tp.py`): embedding and head vocab-parallel, query heads / output groups and
+every expert's intermediate width split over the ranks, `wo_b` and the MoE output all-reduced;
+the rest replicated. Engram tables are row-sharded across ranks and their lookups all-reduced
+(exact: every row has one owner, the others add zeros). Logits and logprobs go through SGLang's
+`LogitsProcessor`, which all-gathers the vocab slices. Routed experts are split by TP only (no
+expert parallelism yet). Not yet served: speculative decoding (DSpark).
 
 Images (`images.py`): SGLang's V4.1 processor expands each placeholder into the image's span;
 the scheduler pads the span with hash-derived ids (radix keys by image data); on prefill the
@@ -54,6 +56,7 @@ from sglang_ds41.model.vision import VisionTower
 from . import images
 from .attention import SlotAttention, batch_attention
 from .kv_state import SlotState, Span
+from .tp import SINGLE, TensorParallel, VocabParallelEmbedding
 
 logger = logging.getLogger(__name__)
 
@@ -79,34 +82,36 @@ class DeepseekV41Engram(EngramGate):
     Parameter names are `EngramGate`'s (`engram.wkv.weight`, `engram.q_weight`, `engram.k_weight`)."""
 
     table: EngramTable | None = None  # attached by `weights.load_checkpoint`
+    tp: TensorParallel = SINGLE
 
     def forward(self, residual: torch.Tensor, row_ids: torch.Tensor, is_image: torch.Tensor) -> torch.Tensor:
         """R [T, hc, D], row ids [T, n_columns] -> R [T, hc, D]."""
         rows = self.table.lookup(row_ids)  # [T, n_columns, head_dim] bf16, zero where not ours
         if self.table.shard.num_rows != self.table.num_rows:
-            from sglang.srt.distributed.communication_op import tensor_model_parallel_all_reduce
-
             # exact: each row has one owner, the other ranks contribute zeros
-            rows = tensor_model_parallel_all_reduce(rows.float()).to(rows.dtype)
+            rows = self.tp.all_reduce(rows.float()).to(rows.dtype)
         return super().forward(residual, rows, is_image)
 
 
 class DeepseekV41DecoderLayer(nn.Module):
     """One backbone layer (`layers.L.*`), as `reference.model.Block`."""
 
-    def __init__(self, cfg: TextConfig, layer: int):
+    def __init__(self, cfg: TextConfig, layer: int, tp: TensorParallel):
         super().__init__()
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
-        self.layer = layer
+        local = tp.local_text_config(cfg)  # this rank's heads, output groups, expert width
+        self.layer, self.tp = layer, tp
         self.engram = (
             DeepseekV41Engram.from_config(cfg, torch.float32) if layer in cfg.engram_layer_ids else None
         )
+        if self.engram is not None:
+            self.engram.tp = tp
         self.hc_attn = HyperConnection(cfg)
         self.attn_norm = RMSNorm(d, eps)
-        self.attn = SlotAttention(cfg, layer)
+        self.attn = SlotAttention(local, layer)
         self.hc_ffn = HyperConnection(cfg)
         self.ffn_norm = RMSNorm(d, eps)
-        self.ffn = MoE(cfg)
+        self.ffn = MoE(local)
 
     def forward(
         self,
@@ -124,28 +129,31 @@ class DeepseekV41DecoderLayer(nn.Module):
             r = self.engram(r, engram_ids, is_image)
         coeffs = self.hc_attn(r)
         x = self.attn_norm(collapse(r, pre))
-        y = batch_attention(self.attn, x, positions, spans, published, store)
+        y = self.tp.all_reduce(batch_attention(self.attn, x, positions, spans, published, store))
         r = expand(r, y, coeffs.post, coeffs.comb)
         pre = coeffs.pre
         coeffs = self.hc_ffn(r)
-        y = self.ffn(self.ffn_norm(collapse(r, pre)), is_image)
+        y = self.tp.all_reduce(self.ffn(self.ffn_norm(collapse(r, pre)), is_image))
         return expand(r, y, coeffs.post, coeffs.comb), coeffs.pre
 
 
 class DeepseekV41Model(nn.Module):
     """Embedding, layers, final norm (the reference `Transformer` without its head)."""
 
-    def __init__(self, config: V41Config, hasher: EngramHasher):
+    def __init__(self, config: V41Config, hasher: EngramHasher, tp: TensorParallel):
         super().__init__()
         t = config.text
         self.text, self.hasher = t, hasher
         self.image_token_id = config.image_token_id
         d = t.hidden_size
-        self.embed = nn.Embedding(t.vocab_size, d)
+        tp.local_text_config(t)  # fails early, naming the field, when a shape does not split
+        self.embed = VocabParallelEmbedding(t.vocab_size, d, tp)
         self.image_start = nn.Parameter(torch.zeros(d))
         self.image_newline = nn.Parameter(torch.zeros(d))
         self.image_end = nn.Parameter(torch.zeros(d))
-        self.layers = nn.ModuleList(DeepseekV41DecoderLayer(t, layer) for layer in range(t.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            DeepseekV41DecoderLayer(t, layer, tp) for layer in range(t.num_hidden_layers)
+        )
         self.norm = RMSNorm(d, t.rms_norm_eps)
 
     def forward(
@@ -202,30 +210,32 @@ class DeepseekV41ForCausalLM(nn.Module):
             Path(args.model_path),
             compute_dtype(),
             args.page_size,
-            get_tensor_model_parallel_rank(),
-            get_tensor_model_parallel_world_size(),
+            TensorParallel(
+                get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size(), "sglang"
+            ),
         )
         from sglang.srt.layers.logits_processor import LogitsProcessor
 
-        # SGLang's logits processor picks the rows to sample and computes logprobs; the head is
-        # replicated on every rank (no vocab gather), its math is fp32 (float64 stays float64).
-        self.logits_processor = LogitsProcessor(config, skip_all_gather=True)
+        # SGLang's logits processor picks the rows to sample, all-gathers the vocab slices of the
+        # head and computes logprobs; its math is fp32 (float64 stays float64).
+        self.logits_processor = LogitsProcessor(config)
         self.logits_processor.use_fp32_lm_head = self.dtype != torch.float64
 
     @classmethod
     def for_checkpoint(
-        cls, model_dir: str | Path, dtype: torch.dtype, page_size: int = 2, tp_rank: int = 0, tp_size: int = 1
+        cls, model_dir: str | Path, dtype: torch.dtype, page_size: int = 2, tp: TensorParallel = SINGLE
     ) -> DeepseekV41ForCausalLM:
-        """The model outside an SGLang server (tests, benchmarks), weights loaded."""
+        """The model outside an SGLang server (tests, benchmarks), weights loaded. With
+        `tp.size > 1` the ranks talk through `torch.distributed`'s default group."""
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self.config, self.logits_processor = None, None
-        self._build(Path(model_dir), dtype, page_size, tp_rank, tp_size)
+        self._build(Path(model_dir), dtype, page_size, tp)
         self.load_weights(())
         return self
 
-    def _build(self, model_dir: Path, dtype: torch.dtype, page_size: int, tp_rank: int, tp_size: int) -> None:
-        self.model_dir, self.dtype, self.tp_rank, self.tp_size = model_dir, dtype, tp_rank, tp_size
+    def _build(self, model_dir: Path, dtype: torch.dtype, page_size: int, tp: TensorParallel) -> None:
+        self.model_dir, self.dtype, self.tp = model_dir, dtype, tp
         self.v41 = V41Config.from_file(model_dir / "config.json")
         text = self.v41.text
         if any(r == 2 for r in text.compress_ratios) and page_size % 2:
@@ -240,8 +250,9 @@ class DeepseekV41ForCausalLM(nn.Module):
 
             tokenizer = TOKENIZER_JSON
         hasher = EngramHasher.for_tokenizer(self.v41, tokenizer)
-        self.model = DeepseekV41Model(self.v41, hasher)
-        self.head = nn.Linear(text.hidden_size, text.vocab_size, bias=False)
+        self.model = DeepseekV41Model(self.v41, hasher, tp)
+        start, stop = tp.vocab_rows(text.vocab_size)
+        self.head = nn.Linear(text.hidden_size, stop - start, bias=False)  # this rank's vocab rows
         self.store: SlotState | None = None
         self.vision_tower: VisionTower | None = None  # built by load_weights (it has its own loader)
 
@@ -251,7 +262,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         from .weights import load_checkpoint
 
         engram = {layer.layer: layer.engram for layer in self.model.layers if layer.engram is not None}
-        load_checkpoint(self, self.model_dir, self.dtype, engram, self.tp_rank, self.tp_size)
+        load_checkpoint(self, self.model_dir, self.dtype, engram, self.tp)
         if self.v41.vision is not None:
             from sglang_ds41.vision.weights import load_vision_tower
 
@@ -263,8 +274,8 @@ class DeepseekV41ForCausalLM(nn.Module):
             logger.info(
                 "DeepseekV41 Engram layer %d: TP rank %d/%d holds rows %d:%d of %d (%s)",
                 layer,
-                self.tp_rank,
-                self.tp_size,
+                self.tp.rank,
+                self.tp.size,
                 shard.start,
                 shard.stop,
                 module.table.num_rows,
@@ -362,7 +373,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         float64 in float64), the image token masked as the server masks it."""
         h = self.hidden_states(input_ids, positions, out_cache_loc, spans, store, input_embeds)
         last = torch.tensor([s.offset + s.length - 1 for s in spans])
-        logits = F.linear(upcast(h[last]), upcast(self.head.weight))  # [B, vocab]
+        logits = self.tp.all_gather_last(F.linear(upcast(h[last]), upcast(self.head.weight)))  # [B, vocab]
         logits[:, self.model.image_token_id] = float("-inf")
         return logits
 

@@ -7,9 +7,9 @@ are dequantised to the compute dtype by `Checkpoint.dense`; Engram tables stay q
 host memory (`EngramTable`), each TP rank holding its own rows only (zero elsewhere; the
 model all-reduces the lookups).
 
-TP (first version): every rank holds all dense weights (replicated) and computes the whole
-forward; only the Engram tables, by far the largest tensors (§9.2), are row-sharded. Every
-error names the tensor.
+TP: each rank keeps its slice of the dense tensors that MODEL.md §13 shards (`tp.py` says which
+and how) and the whole of the others; the Engram tables, by far the largest tensors (§9.2), are
+row-sharded on hash-column boundaries. Every error names the tensor.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from torch import nn
 from sglang_ds41.checkpoint.reader import Checkpoint
 from sglang_ds41.engram.table import EngramTable
 from sglang_ds41.reference.weights import checkpoint_name, fill_dense_parameters, require_all_used
+
+from .tp import SINGLE, TensorParallel
 
 # Prefix of the language model's parameters inside the SGLang model class (`self.model`).
 MODEL_PREFIX = "model."
@@ -37,8 +39,7 @@ def load_checkpoint(
     model_dir: str | Path,
     dtype: torch.dtype,
     engram_layers: dict[int, nn.Module],
-    tp_rank: int = 0,
-    tp_size: int = 1,
+    tp: TensorParallel = SINGLE,
 ) -> list[str]:
     """Fill `module`'s parameters (and the `table` of each Engram module in `engram_layers`)
     from `model_dir`; returns the checkpoint tensor names used. Raises `CheckpointError`
@@ -47,7 +48,7 @@ def load_checkpoint(
     try:
         text = ckpt.config.text
         used = fill_dense_parameters(
-            ckpt, module.named_parameters(), backend_checkpoint_name, dtype, "the backend"
+            ckpt, module.named_parameters(), backend_checkpoint_name, dtype, "the backend", tp.shard
         )
         layout = engram_layout(ckpt)
         for layer, engram in engram_layers.items():
@@ -56,8 +57,8 @@ def load_checkpoint(
                 ckpt.root,
                 prefix,
                 column_starts=layout.layers[layout.index_of(layer)].column_starts(),
-                tp_rank=tp_rank,
-                tp_size=tp_size,
+                tp_rank=tp.rank,
+                tp_size=tp.size,
                 pin=False,
                 head_dim=text.engram_head_dim,
             )

@@ -50,10 +50,12 @@ def fill_dense_parameters(
     to_checkpoint_name: Callable[[str], str],
     dtype: torch.dtype,
     owner: str,
+    shard: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
 ) -> set[str]:
     """Set each parameter to its checkpoint tensor dequantised to `dtype` (F32-stored tensors stay
     float32 in a bfloat16 model); returns the stored tensor names used. Shared by the reference
-    and the SGLang backend, so both runtimes read identical weights."""
+    and the SGLang backend, so both runtimes read identical weights. `shard(name, tensor)` gives
+    a TP rank its slice of the dequantised tensor."""
     manifest = ckpt.manifest
     used: set[str] = set()
     for param, p in named_parameters:
@@ -68,9 +70,14 @@ def fill_dense_parameters(
         stored_dtype = manifest[name].dtype if name in manifest else None
         target = torch.float32 if stored_dtype == "F32" and dtype == torch.bfloat16 else dtype
         value = ckpt.dense(prefix, dtype=target)
+        full_shape = list(value.shape)
+        if shard is not None:
+            value = shard(name, value)
         if tuple(value.shape) != tuple(p.shape):
+            local = list(value.shape)
+            sliced = f" (this TP rank's slice: {local})" if local != full_shape else ""
             raise CheckpointError(
-                f"{ckpt.root}: tensor {name} dequantises to shape {list(value.shape)}, {owner} "
+                f"{ckpt.root}: tensor {name} dequantises to shape {full_shape}{sliced}, {owner} "
                 f"expects {list(p.shape)} for {param}"
             )
         p.data = value

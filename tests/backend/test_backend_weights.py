@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
+from sglang_ds41.backend.tp import TensorParallel
 from sglang_ds41.backend.weights import backend_checkpoint_name, load_checkpoint
 from sglang_ds41.checkpoint.reader import CheckpointError
 from sglang_ds41.checkpoint.tiny import write_tiny
@@ -48,7 +49,9 @@ def test_unused_language_model_tensors_are_reported(ckpt):
 
 
 def test_tp_ranks_split_every_engram_table_and_their_lookups_add_up(ckpt):
-    ranks = [DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float32, tp_rank=r, tp_size=2) for r in (0, 1)]
+    ranks = [
+        DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float32, tp=TensorParallel(r, 2)) for r in (0, 1)
+    ]
     whole = DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float32)
     for layer in (1, 2):
         tables = [m.model.layers[layer].engram.table for m in ranks]

@@ -1,0 +1,49 @@
+"""SGLang's KV slot bookkeeping in miniature, for driving the backend forward outside a server."""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_ds41.backend.kv_state import SlotState, Span
+
+
+class Slots:
+    """SGLang's KV slot bookkeeping in miniature: pages of `page` slots (slot % page ==
+    position % page), one `req_to_token` row per request, prefix pages shared like a radix hit."""
+
+    def __init__(self, cfg, rows: int = 1024, req_rows: int = 8, page: int = 2):
+        self.page, self.next_free = page, page  # page 0 is SGLang's padding page
+        self.req_to_token = torch.zeros(req_rows, rows, dtype=torch.int64)
+        self.length = [0] * req_rows
+        self.store = SlotState(cfg, rows, req_rows, torch.float64)
+
+    def share(self, row: int, source: int, n: int) -> None:
+        """Request `row` starts with the first n (page-aligned) slots of request `source`."""
+        assert n % self.page == 0
+        self.req_to_token[row, :n] = self.req_to_token[source, :n]
+        self.length[row] = n
+
+    def extend(self, row: int, n: int) -> Span:
+        start = self.length[row]
+        for pos in range(start, start + n):
+            if pos % self.page == 0:
+                self.next_free += self.page
+                base = self.next_free - self.page
+            else:
+                base = int(self.req_to_token[row, pos - 1]) - (pos - 1) % self.page
+            self.req_to_token[row, pos] = base + pos % self.page
+        self.length[row] = start + n
+        return Span(row, start, n, 0, self.req_to_token[row, : start + n].clone())
+
+
+def run(backend, slots: Slots, parts: list[tuple[int, list[int]]]) -> torch.Tensor:
+    """One forward of (row, new ids) parts -> logits [B, vocab]."""
+    spans, ids, offset = [], [], 0
+    for row, new in parts:
+        span = slots.extend(row, len(new))
+        spans.append(Span(span.row, span.start, span.length, offset, span.slots))
+        ids += new
+        offset += len(new)
+    positions = torch.cat([torch.arange(s.start, s.end) for s in spans])
+    out_loc = torch.cat([s.new_slots for s in spans])
+    return backend.next_token_logits(torch.tensor(ids), positions, out_loc, spans, slots.store)
