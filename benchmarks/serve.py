@@ -23,8 +23,9 @@ reference is the plain oracle: a ratio above 1 says the server's batching and sl
 state pay off, below 1 what its plumbing costs at this size.
 
 Also reported: the bytes of V4.1 state per token of context of the backend's slot layout
-(`backend.kv_state.kv_bytes_per_token`) for the tiny config in the run's dtype and for the
-official config in bfloat16, next to the model's native 890 B/token (MODEL.md §4.6).
+(`backend.kv_state.kv_bytes_per_token`, rows stored packed in the model's KV formats, so the
+same in every dtype) for the tiny and the official config, next to the model's native 890 B/token
+(MODEL.md §4.6).
 
 Writes `benchmarks/results/serve.json` and prints a short markdown table.
 """
@@ -152,15 +153,13 @@ def batch_lengths(count: int, longest: int, shortest: int = 8) -> list[int]:
     return [round(longest - i * (longest - shortest) / (count - 1)) for i in range(count)]
 
 
-def kv_report(tiny_dir: Path, dtype: torch.dtype) -> dict:
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    tiny = kv_bytes_per_token(V41Config.from_file(tiny_dir).text, itemsize)
+def kv_report(tiny_dir: Path) -> dict:
+    tiny = kv_bytes_per_token(V41Config.from_file(tiny_dir).text)
     official_cfg = V41Config.from_file(OFFICIAL_CONFIG).text
-    official, window = kv_bytes_per_token(official_cfg, 2), official_cfg.sliding_window
+    official, window = kv_bytes_per_token(official_cfg), official_cfg.sliding_window
     return {
-        "tiny": {"dtype": str(dtype).removeprefix("torch."), **tiny},
+        "tiny": tiny,
         "official": {
-            "dtype": "bfloat16",
             **official,
             "native_bytes_per_token": NATIVE_BYTES_PER_TOKEN,
             "vs_native": official["total"] / NATIVE_BYTES_PER_TOKEN,
@@ -172,7 +171,7 @@ def kv_report(tiny_dir: Path, dtype: torch.dtype) -> dict:
                 (official["compressed"] + official["token_id"]) * ONE_M + official["window"] * window
             )
             / 2**30,
-            "tp_note": "the first backend replicates this state on every TP rank",
+            "tp_note": "every TP rank holds this state whole (one shared KV head, as in SGLang's V4)",
         },
     }
 
@@ -270,7 +269,7 @@ def measure(args: argparse.Namespace) -> dict:
             "reference": ref_batch,
             "greedy_outputs_equal_reference": f"{same}/{args.batch}",
         },
-        "kv_state_bytes_per_token": kv_report(model_dir, dtype),
+        "kv_state_bytes_per_token": kv_report(model_dir),
     }
 
 
@@ -306,8 +305,8 @@ def table(result: dict) -> str:
         f"| server start (launch -> ready) | {srv['ready_s']:.1f} s | | |",
         f"| server peak RSS (process tree) | {srv['peak_rss_gib']:.2f} GiB | | |",
         f"| batch greedy outputs == reference | {b['greedy_outputs_equal_reference']} | | |",
-        f"| KV state B/token, tiny ({tiny['dtype']}) | {tiny['total']:.0f} | | |",
-        f"| KV state B/token, official (bfloat16) | {official['total']:.0f} "
+        f"| KV state B/token, tiny | {tiny['total']:.1f} | | |",
+        f"| KV state B/token, official | {official['total']:.0f} "
         f"| native {NATIVE_BYTES_PER_TOKEN} | {official['vs_native']:.1f}x native |",
         f"| 1M-token sequence, official | {official['gib_per_1m_token_sequence']:.1f} GiB "
         f"| native {official['native_gib_per_1m_token_sequence']:.2f} GiB | window-bounded: "

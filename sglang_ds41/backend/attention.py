@@ -19,14 +19,20 @@ from .kv_state import SlotState, Span
 
 
 class SlotAttention(Attention):
-    """`Attention` that keeps the window KV of every new token it computed (the slot store
-    needs all of them; the returned state holds only the last window)."""
+    """`Attention` that keeps what the slot store needs of a forward: the window KV of every
+    new token (the returned state holds only the last window) and the unquantised input of the
+    new compressed entries (the store keeps their FP4 codes)."""
 
     new_window_kv: torch.Tensor | None = None
+    new_entries: torch.Tensor | None = None
 
     def window_kv(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         self.new_window_kv = super().window_kv(x, positions)
         return self.new_window_kv
+
+    def quantize_entries(self, rotated: torch.Tensor) -> torch.Tensor:
+        self.new_entries = rotated
+        return super().quantize_entries(rotated)
 
 
 def batch_attention(
@@ -44,6 +50,6 @@ def batch_attention(
         rows = slice(span.offset, span.offset + span.length)
         state: AttentionState = store.before(attn.layer, span)
         y[rows], after = attn(x[rows], positions[rows], state, scratch)
-        store.commit(attn.layer, span, attn.new_window_kv, after)
-        attn.new_window_kv = None
+        store.commit(attn.layer, span, attn.new_window_kv, after, attn.new_entries)
+        attn.new_window_kv = attn.new_entries = None
     return y

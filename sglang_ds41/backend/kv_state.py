@@ -8,8 +8,9 @@ and a prefix hit, a continuing chunk and a decode step all read it back the same
 
 * `tokens[slot]`: the token id (the Engram hash history is rebuilt from the last n-1 of them);
 * `window[layer][slot]`: the layer's window KV of that token (kept for every token, not only
-  the last window: a later prefix hit may end anywhere);
-* `latents[source][slot // ratio]`, `index_keys[...]`: compressed entry g of a KV source lives
+  the last window: a later prefix hit may end anywhere), 528 B per token of a 512-dim layer;
+* `latents[source][slot // ratio]`, `index_keys[...]` (288 B / 68 B per entry of the official
+  dims): compressed entry g of a KV source lives
   at the slot of position g*ratio divided by the ratio. With ratio 2 both tokens of a pair
   share `slot // 2` only when SGLang pages are even-sized (slot % page == position % page),
   hence `--page-size 2` (checked by the model);
@@ -18,6 +19,8 @@ and a prefix hit, a continuing chunk and a decode step all read it back the same
   position (radix hits are page-aligned, so even), so a per-request-slot ring is enough; the
   position it was written for is kept beside it and checked.
 
+Rows are stored packed in the model's own KV formats (`kv_codec`: FP8 window, FP4 latents and
+index keys), which is lossless because the model fake-quantises every one of them before use.
 Nothing is ever freed: a slot's rows are rewritten by the forward that owns the slot.
 """
 
@@ -31,6 +34,8 @@ from sglang_ds41.config import TextConfig
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model.attention import AttentionState, CompressedKV
 from sglang_ds41.model.roles import LayerRole, layer_role
+
+from .kv_codec import index_codec, latent_codec, window_codec
 
 
 class SlotStateError(Ds41Error):
@@ -57,15 +62,12 @@ class Span:
         return self.slots[self.start :]
 
 
-def kv_bytes_per_token(cfg: TextConfig, itemsize: int) -> dict[str, float]:
-    """Bytes of state per token of context this layout stores, by part (tests, benchmarks).
-
-    `itemsize`: bytes per stored value (8 for float64, 4 float32, 2 bfloat16)."""
-    window = cfg.num_hidden_layers * cfg.head_dim * itemsize
-    compressed = sum(
-        (cfg.head_dim + cfg.index_head_dim) * itemsize / cfg.compress_ratios[s]
-        for s in cfg.kv_source_layer_ids
-    )
+def kv_bytes_per_token(cfg: TextConfig) -> dict[str, float]:
+    """Bytes of state per token of context this layout stores, by part (tests, benchmarks);
+    the same in every compute dtype, since rows are stored packed."""
+    window = cfg.num_hidden_layers * window_codec(cfg.head_dim).row_bytes
+    entry = latent_codec(cfg.head_dim).row_bytes + index_codec(cfg.index_head_dim).row_bytes
+    compressed = sum(entry / cfg.compress_ratios[s] for s in cfg.kv_source_layer_ids)
     return {"window": window, "compressed": compressed, "token_id": 4, "total": window + compressed + 4}
 
 
@@ -73,18 +75,22 @@ class SlotState:
     """The model-owned slot-indexed buffers of one model replica (see the module docstring)."""
 
     def __init__(self, cfg: TextConfig, rows: int, req_rows: int, dtype: torch.dtype, device=None):
-        self.cfg, self.rows, self.req_rows = cfg, rows, req_rows
+        self.cfg, self.rows, self.req_rows, self.dtype = cfg, rows, req_rows, dtype
         self.window_size = cfg.sliding_window
+        self.window_codec = window_codec(cfg.head_dim)
+        self.latent_codec, self.index_codec = latent_codec(cfg.head_dim), index_codec(cfg.index_head_dim)
         self.tokens = torch.zeros(rows, dtype=torch.int32, device=device)
-        self.window = [
-            torch.zeros(rows, cfg.head_dim, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)
-        ]
+
+        def packed(n: int, codec) -> torch.Tensor:
+            return torch.zeros(n, codec.row_bytes, dtype=torch.uint8, device=device)
+
+        self.window = [packed(rows, self.window_codec) for _ in range(cfg.num_hidden_layers)]
         self.ratio = {s: cfg.compress_ratios[s] for s in cfg.kv_source_layer_ids}
         self.latents, self.index_keys, self.pending, self.pending_pos = {}, {}, {}, {}
         for s, ratio in self.ratio.items():
             n = rows // ratio + 1
-            self.latents[s] = torch.zeros(n, cfg.head_dim, dtype=dtype, device=device)
-            self.index_keys[s] = torch.zeros(n, cfg.index_head_dim, dtype=dtype, device=device)
+            self.latents[s] = packed(n, self.latent_codec)
+            self.index_keys[s] = packed(n, self.index_codec)
             if ratio == 2:
                 # the (a, z) rows are fp32 math (float64 in a float64 model), not activations
                 fp32 = torch.float64 if dtype == torch.float64 else torch.float32
@@ -112,7 +118,7 @@ class SlotState:
     def before(self, layer: int, span: Span) -> AttentionState:
         """Layer `layer`'s state right before the span's first new token."""
         lo = max(0, span.start - (self.window_size - 1))
-        window = self.window[layer][span.slots[lo : span.start]]
+        window = self.window_codec.decode(self.window[layer][span.slots[lo : span.start]], self.dtype)
         if layer_role(self.cfg, layer) is not LayerRole.FULL:
             return AttentionState(window)
         ratio, n = self.ratio[layer], span.start // self.ratio[layer]
@@ -126,21 +132,35 @@ class SlotState:
                     "a prefix-cache hit ended mid pair (serve with an even --page-size)"
                 )
             pending = self.pending[layer][span.row]
-        return AttentionState(
-            window, CompressedKV(self.latents[layer][ids], self.index_keys[layer][ids], pending)
-        )
+        latents = self.latent_codec.decode(self.latents[layer][ids], self.dtype)
+        keys = self.index_codec.decode(self.index_keys[layer][ids], self.dtype)
+        return AttentionState(window, CompressedKV(latents, keys, pending))
 
-    def commit(self, layer: int, span: Span, window_kv: torch.Tensor, after: AttentionState) -> None:
+    def commit(
+        self,
+        layer: int,
+        span: Span,
+        window_kv: torch.Tensor,
+        after: AttentionState,
+        new_entries: torch.Tensor | None = None,
+    ) -> None:
         """Store what the span added: every new token's window KV, the completed compressed
-        entries, the pending token (KV sources)."""
-        self.window[layer][span.new_slots] = window_kv.to(self.window[layer].dtype)
+        entries (`new_entries`: their input to the FP4 quantiser), the pending token (KV sources)."""
+        self.window[layer][span.new_slots] = self.window_codec.encode(window_kv)
         if after.compressed is None:
             return
         ratio = self.ratio[layer]
         first, stop = span.start // ratio, span.end // ratio
         ids = self._entry_slots(span, layer, first, stop)
-        self.latents[layer][ids] = after.compressed.kv[first:stop].to(self.latents[layer].dtype)
-        self.index_keys[layer][ids] = after.compressed.index_keys[first:stop].to(self.index_keys[layer].dtype)
+        if stop > first:
+            if new_entries is None or new_entries.shape[0] != stop - first:
+                got = None if new_entries is None else new_entries.shape[0]
+                raise SlotStateError(
+                    f"layer {layer}: {stop - first} compressed entries completed, but {got} "
+                    "unquantised entries were captured for the store"
+                )
+            self.latents[layer][ids] = self.latent_codec.encode(new_entries)
+        self.index_keys[layer][ids] = self.index_codec.encode(after.compressed.index_keys[first:stop])
         if after.compressed.pending is not None:
             self.pending[layer][span.row] = after.compressed.pending.to(self.pending[layer].dtype)
             self.pending_pos[layer][span.row] = span.end - 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -39,7 +40,23 @@ class ServerError(Ds41Error, RuntimeError):
     """The server died or did not become ready; the message carries its log tail."""
 
 
+BIND_FAILED = "error while attempting to bind on address"
+PORT_RANGE = (30000, 32767)  # above SGLang's rendezvous ports (22000-29999), below ephemeral
+
+
 def free_port() -> int:
+    """A free port outside the kernel's ephemeral range.
+
+    The server binds its HTTP port only after loading the model; an ephemeral port would be
+    free until then for anything binding port 0 (the TP ranks' gloo sockets took one once,
+    and the HTTP server then failed with "address already in use")."""
+    for port in random.sample(range(PORT_RANGE[0], PORT_RANGE[1] + 1), 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -104,6 +121,10 @@ class Server:
                 raise ServerError(
                     f"server exited with code {self.proc.returncode} before it was ready; "
                     f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if BIND_FAILED in self.log_tail(5):  # SGLang's HTTP server gave up; its processes live on
+                raise ServerError(
+                    f"server could not bind port {self.port}; log {self.log_path}:\n{self.log_tail()}"
                 )
             with (
                 contextlib.suppress(urllib.error.URLError, OSError),

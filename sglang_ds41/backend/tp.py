@@ -134,6 +134,7 @@ class VocabParallelEmbedding(torch.nn.Module):
     def __init__(self, vocab_size: int, dim: int, tp: TensorParallel):
         super().__init__()
         self.tp = tp
+        self.num_embeddings, self.embedding_dim = vocab_size, dim  # full sizes, as nn.Embedding's
         self.start, self.stop = tp.vocab_rows(vocab_size)
         self.weight = torch.nn.Parameter(torch.zeros(self.stop - self.start, dim))
 

@@ -197,12 +197,18 @@ class Attention(nn.Module):
             )
         latents, entry_positions, pending = self.compressor(x, positions, prev.pending)  # [G, Dh]
         keys = self.indexer.keys(latents, entry_positions)  # [G, Di]
-        entries = fake_quant_latent_fp4(self.rope(latents, entry_positions))  # [G, Dh]
+        entries = self.quantize_entries(self.rope(latents, entry_positions))  # [G, Dh]
         return CompressedKV(
             torch.cat([prev.kv.to(entries.dtype), entries]),
             torch.cat([prev.index_keys.to(keys.dtype), keys]),
             pending,
         )
+
+    def quantize_entries(self, rotated: torch.Tensor) -> torch.Tensor:
+        """New compressed entries [G, Dh] as attended: FP4 fake-quantised. Its own method so a
+        runtime that stores the FP4 codes can quantise the same input (the E4M3 scale rule is
+        not idempotent for small blocks, so the output cannot be re-quantised instead)."""
+        return fake_quant_latent_fp4(rotated)
 
     def project_out(self, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Undo the query-position RoPE, then the grouped low-rank output: [T, H, Dh] -> [T, D]."""

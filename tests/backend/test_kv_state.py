@@ -12,13 +12,9 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 def test_state_bytes_per_token_of_the_layout():
     tiny = V41Config.from_file(FIXTURES / "tiny_config.json").text
-    # window 8 layers x 64 x 8 B; sources: layer 2 ratio 2 (64 + 32) * 8 / 2, layer 4 ratio 1 (64 + 32) * 8
-    assert kv_bytes_per_token(tiny, 8) == {
-        "window": 4096,
-        "compressed": 384 + 768,
-        "token_id": 4,
-        "total": 5252,
-    }
+    # window: 8 layers x (64 FP8 + 2 scales); an entry: latent 32 + 4, index key 16 + 1;
+    # sources: layer 2 (ratio 2) half an entry per token, layer 4 (ratio 1) one
+    assert kv_bytes_per_token(tiny) == {"window": 528, "compressed": 26.5 + 53, "token_id": 4, "total": 611.5}
     real = V41Config.from_file(FIXTURES / "official_config.json").text
-    # bf16: 40 x 512 x 2 window; ratio 1 (layer 20): 640 x 2; three ratio-2 sources: 640 x 2 / 2 each
-    assert kv_bytes_per_token(real, 2)["total"] == 40960 + 1280 + 3 * 640 + 4
+    # MODEL.md §4.6: 528 B of window KV per layer and token; 890 B/token of global KV
+    assert kv_bytes_per_token(real) == {"window": 40 * 528, "compressed": 890, "token_id": 4, "total": 22014}
