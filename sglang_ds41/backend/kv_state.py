@@ -7,13 +7,16 @@ and that is a function of the prefix alone is stored *at the slot of the token i
 and a prefix hit, a continuing chunk and a decode step all read it back the same way, exactly:
 
 * `tokens[slot]`: the token id (the Engram hash history is rebuilt from the last n-1 of them);
-* `window[layer][slot]`: the layer's window KV of that token (kept for every token, not only
-  the last window: a later prefix hit may end anywhere), 528 B per token of a 512-dim layer;
+* `window[layer][row]`: the layer's window KV of that token, 528 B per token of a 512-dim
+  layer. Served by `sglang-ds41 serve`, the rows are SGLang's hybrid sliding-window (SWA) pool
+  slots (`row = full_to_swa[slot]`): SGLang frees a request's window rows once no later token
+  can read them and keeps the last window of every cached prefix, cutting a prefix hit back
+  to where that window is whole, so window memory is bounded per request, not per context
+  token. Without that pool (`--disable-hybrid-swa-memory`, tests) the row is the slot itself;
 * `latents[source][slot // ratio]`, `index_keys[...]` (288 B / 68 B per entry of the official
-  dims): compressed entry g of a KV source lives
-  at the slot of position g*ratio divided by the ratio. With ratio 2 both tokens of a pair
-  share `slot // 2` only when SGLang pages are even-sized (slot % page == position % page),
-  hence `--page-size 2` (checked by the model);
+  dims): compressed entry g of a KV source lives at the slot of position g*ratio divided by
+  the ratio. With ratio 2 both tokens of a pair share `slot // 2` only when SGLang pages are
+  even-sized (slot % page == position % page), hence `--page-size 2` (checked by the model);
 * `pending[source][req_pool_idx]`: the ratio-2 (a, z) rows of an even token whose partner has
   not arrived. Only a continuing chunk or decode step of the same request starts at an odd
   position (radix hits are page-aligned, so even), so a per-request-slot ring is enough; the
@@ -21,11 +24,13 @@ and a prefix hit, a continuing chunk and a decode step all read it back the same
 
 Rows are stored packed in the model's own KV formats (`kv_codec`: FP8 window, FP4 latents and
 index keys), which is lossless because the model fake-quantises every one of them before use.
-Nothing is ever freed: a slot's rows are rewritten by the forward that owns the slot.
+Nothing is freed here: a row is rewritten by the forward that owns its slot, and reading a
+window row SGLang has released is refused by name, never served stale.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -63,8 +68,10 @@ class Span:
 
 
 def kv_bytes_per_token(cfg: TextConfig) -> dict[str, float]:
-    """Bytes of state per token of context this layout stores, by part (tests, benchmarks);
-    the same in every compute dtype, since rows are stored packed."""
+    """Bytes of state per token this layout stores, by part (tests, benchmarks); the same in
+    every compute dtype, since rows are stored packed. `window` is per token *in the window
+    pool* (at most the last window of each request / cached prefix under SGLang's SWA pool);
+    `compressed` + `token_id` are per token of context."""
     window = cfg.num_hidden_layers * window_codec(cfg.head_dim).row_bytes
     entry = latent_codec(cfg.head_dim).row_bytes + index_codec(cfg.index_head_dim).row_bytes
     compressed = sum(entry / cfg.compress_ratios[s] for s in cfg.kv_source_layer_ids)
@@ -74,8 +81,22 @@ def kv_bytes_per_token(cfg: TextConfig) -> dict[str, float]:
 class SlotState:
     """The model-owned slot-indexed buffers of one model replica (see the module docstring)."""
 
-    def __init__(self, cfg: TextConfig, rows: int, req_rows: int, dtype: torch.dtype, device=None):
+    def __init__(
+        self,
+        cfg: TextConfig,
+        rows: int,
+        req_rows: int,
+        dtype: torch.dtype,
+        device=None,
+        window_rows: int | None = None,
+        window_slots: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        """`rows` slots of SGLang's (full) token pool, `req_rows` request slots. Under SGLang's
+        hybrid sliding-window pool the window KV lives in its `window_rows` SWA slots, which
+        `window_slots` maps full slot ids to (0 = evicted); otherwise it is indexed by full slot."""
         self.cfg, self.rows, self.req_rows, self.dtype = cfg, rows, req_rows, dtype
+        self.window_rows = rows if window_rows is None else window_rows
+        self.window_slots = window_slots
         self.window_size = cfg.sliding_window
         self.window_codec = window_codec(cfg.head_dim)
         self.latent_codec, self.index_codec = latent_codec(cfg.head_dim), index_codec(cfg.index_head_dim)
@@ -84,7 +105,7 @@ class SlotState:
         def packed(n: int, codec) -> torch.Tensor:
             return torch.zeros(n, codec.row_bytes, dtype=torch.uint8, device=device)
 
-        self.window = [packed(rows, self.window_codec) for _ in range(cfg.num_hidden_layers)]
+        self.window = [packed(self.window_rows, self.window_codec) for _ in range(cfg.num_hidden_layers)]
         self.ratio = {s: cfg.compress_ratios[s] for s in cfg.kv_source_layer_ids}
         self.latents, self.index_keys, self.pending, self.pending_pos = {}, {}, {}, {}
         for s, ratio in self.ratio.items():
@@ -97,8 +118,21 @@ class SlotState:
                 self.pending[s] = torch.zeros(req_rows, 2, cfg.head_dim, dtype=fp32, device=device)
                 self.pending_pos[s] = torch.full((req_rows,), -1, dtype=torch.int64)
 
-    def fits(self, rows: int, req_rows: int) -> bool:
-        return rows <= self.rows and req_rows <= self.req_rows
+    def fits(self, rows: int, req_rows: int, window_rows: int | None = None) -> bool:
+        window_rows = rows if window_rows is None else window_rows
+        return rows <= self.rows and req_rows <= self.req_rows and window_rows <= self.window_rows
+
+    def _window_ids(self, span: Span, lo: int, hi: int) -> torch.Tensor:
+        """Rows of `window[layer]` holding positions [lo, hi) of the span's request."""
+        slots = span.slots[lo:hi]
+        ids = slots if self.window_slots is None else self.window_slots(slots).to(torch.int64)
+        if bool((ids <= 0).any()):
+            gone = [lo + int(i) for i in torch.nonzero(ids <= 0).flatten()[:4]]
+            raise SlotStateError(
+                f"request slot {span.row}: the window KV of positions {gone} (needed for positions "
+                f"{span.start}..{span.end - 1}) is not in the sliding-window pool (evicted or never written)"
+            )
+        return ids
 
     # ---- tokens -----------------------------------------------------------------------------
 
@@ -118,7 +152,8 @@ class SlotState:
     def before(self, layer: int, span: Span) -> AttentionState:
         """Layer `layer`'s state right before the span's first new token."""
         lo = max(0, span.start - (self.window_size - 1))
-        window = self.window_codec.decode(self.window[layer][span.slots[lo : span.start]], self.dtype)
+        rows = self._window_ids(span, lo, span.start)
+        window = self.window_codec.decode(self.window[layer][rows], self.dtype)
         if layer_role(self.cfg, layer) is not LayerRole.FULL:
             return AttentionState(window)
         ratio, n = self.ratio[layer], span.start // self.ratio[layer]
@@ -146,7 +181,7 @@ class SlotState:
     ) -> None:
         """Store what the span added: every new token's window KV, the completed compressed
         entries (`new_entries`: their input to the FP4 quantiser), the pending token (KV sources)."""
-        self.window[layer][span.new_slots] = self.window_codec.encode(window_kv)
+        self.window[layer][self._window_ids(span, span.start, span.end)] = self.window_codec.encode(window_kv)
         if after.compressed is None:
             return
         ratio = self.ratio[layer]

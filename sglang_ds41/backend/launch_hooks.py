@@ -9,6 +9,7 @@ imported, so each patch waits for its target module with an import hook.
   architectures are exactly `["DeepseekV41ForCausalLM"]` to its own CUDA-only
   `DeepseekV4ForCausalLM` (`normalize_deepseek_v41_config` in `srt/configs/deepseek_v41.py`);
   the patch undoes that rename so the model registry finds our backend.
+* Always: the sliding-window pool (`window_pool_fields`), so the window KV of old tokens is freed.
 * Always: quantization. Our backend reads the checkpoint's FP8 / MXFP4 / NVFP4 tensors itself
   (the shared loader dequantises), so SGLang must not build its own quantization config from
   `quantization_config` / `hf_quant_config.json` (it would refuse float32 and expect its own
@@ -41,10 +42,23 @@ def keep_architectures(normalize: Callable[[dict], dict]) -> Callable[[dict], di
         out = normalize(values)
         if given and given[0] in OUR_ARCHITECTURES:
             out["architectures"] = list(given)
+            if given[0] == V41:  # the scripted test model keeps no attention state
+                out.update(window_pool_fields(out))
         return out
 
     normalize_keeping_ours.__wrapped__ = normalize
     return normalize_keeping_ours
+
+
+def window_pool_fields(config: dict) -> dict:
+    """Opt in to SGLang's hybrid sliding-window pool: every layer but layer 0 is a "SWA" layer,
+    so SGLang keeps window KV only for the last window of each request and cached prefix (its
+    radix cache cuts a prefix hit back to where the window is still whole). `--disable-hybrid-
+    swa-memory` turns it off again (the window KV is then kept for every token)."""
+    layers = int(config.get("num_hidden_layers") or 0)
+    if layers < 2:
+        return {}
+    return {"is_hybrid_swa": True, "hybrid_layer_pattern": [0] + [1] * (layers - 1)}
 
 
 def _patch_v41_config(module: ModuleType) -> None:

@@ -61,6 +61,9 @@ from .tp import SINGLE, TensorParallel, VocabParallelEmbedding
 logger = logging.getLogger(__name__)
 
 DTYPE_ENV = "SGLANG_DS41_DTYPE"
+# SGLang's hybrid pool needs one "full" layer for its full slot space; `launch_hooks` names
+# layer 0 (its K/V rows go unused, like every layer's: the state lives in `SlotState`).
+WINDOW_POOL_FULL_LAYER = 0
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -285,11 +288,28 @@ class DeepseekV41ForCausalLM(nn.Module):
     def slot_store(self) -> SlotState:
         from sglang.srt.model_executor.forward_context import get_req_to_token_pool, get_token_to_kv_pool
 
-        rows = get_token_to_kv_pool().get_key_buffer(0).shape[0]
+        pool = get_token_to_kv_pool()
+        rows = pool.get_key_buffer(WINDOW_POOL_FULL_LAYER).shape[0]
         req_rows = get_req_to_token_pool().req_to_token.shape[0]
-        if self.store is None or not self.store.fits(rows, req_rows):
-            self.store = SlotState(self.v41.text, rows, req_rows, self.dtype, self.head.weight.device)
+        # Under SGLang's hybrid sliding-window pool (the default, see `launch_hooks`) the window
+        # KV lives in the SWA slots it keeps for the last window of each request and cached prefix.
+        translate = getattr(pool, "translate_loc_from_full_to_swa", None)
+        window_rows = pool.get_key_buffer(WINDOW_POOL_FULL_LAYER + 1).shape[0] if translate else rows
+        if self.store is None or not self.store.fits(rows, req_rows, window_rows):
+            self.store = SlotState(
+                self.v41.text,
+                rows,
+                req_rows,
+                self.dtype,
+                self.head.weight.device,
+                window_rows=window_rows,
+                window_slots=translate,
+            )
         return self.store
+
+    def get_attention_sliding_window_size(self) -> int:
+        """SGLang's window `w` keeps positions >= q - w: V4.1's 128 tokens (itself included) are 127."""
+        return self.v41.text.sliding_window - 1
 
     def spans(self, forward_batch, n_tokens: int) -> list[Span]:
         from sglang.srt.model_executor.forward_context import get_req_to_token_pool

@@ -9,13 +9,39 @@ from sglang_ds41.backend.kv_state import SlotState, Span
 
 class Slots:
     """SGLang's KV slot bookkeeping in miniature: pages of `page` slots (slot % page ==
-    position % page), one `req_to_token` row per request, prefix pages shared like a radix hit."""
+    position % page), one `req_to_token` row per request, prefix pages shared like a radix hit.
 
-    def __init__(self, cfg, rows: int = 1024, req_rows: int = 8, page: int = 2):
+    With `window_rows`, also SGLang's hybrid sliding-window pool: each new token takes a free
+    SWA slot (handed out in a scrambled order), `full_to_swa` maps full slots to them (0 = none)
+    and `evict_window` frees the SWA slots of positions a request no longer reads."""
+
+    def __init__(
+        self, cfg, rows: int = 1024, req_rows: int = 8, page: int = 2, window_rows: int | None = None
+    ):
         self.page, self.next_free = page, page  # page 0 is SGLang's padding page
         self.req_to_token = torch.zeros(req_rows, rows, dtype=torch.int64)
         self.length = [0] * req_rows
-        self.store = SlotState(cfg, rows, req_rows, torch.float64)
+        self.full_to_swa = None
+        if window_rows is not None:
+            self.full_to_swa = torch.zeros(rows, dtype=torch.int64)
+            self.free_swa = (
+                torch.randperm(window_rows - 1, generator=torch.Generator().manual_seed(0)) + 1
+            ).tolist()
+        self.store = SlotState(
+            cfg,
+            rows,
+            req_rows,
+            torch.float64,
+            window_rows=window_rows,
+            window_slots=None if window_rows is None else self.full_to_swa.__getitem__,
+        )
+
+    def evict_window(self, row: int, keep_from: int) -> None:
+        """Free the SWA slots of request `row`'s positions before `keep_from`."""
+        full = self.req_to_token[row, :keep_from]
+        live = full[self.full_to_swa[full] > 0]
+        self.free_swa += self.full_to_swa[live].tolist()
+        self.full_to_swa[live] = 0
 
     def share(self, row: int, source: int, n: int) -> None:
         """Request `row` starts with the first n (page-aligned) slots of request `source`."""
@@ -32,6 +58,8 @@ class Slots:
             else:
                 base = int(self.req_to_token[row, pos - 1]) - (pos - 1) % self.page
             self.req_to_token[row, pos] = base + pos % self.page
+            if self.full_to_swa is not None:
+                self.full_to_swa[self.req_to_token[row, pos]] = self.free_swa.pop()
         self.length[row] = start + n
         return Span(row, start, n, 0, self.req_to_token[row, : start + n].clone())
 

@@ -135,3 +135,27 @@ def test_float32_serving_stays_within_float_noise_of_the_float32_reference(ckpt)
     expected = ref_last(load_reference(ckpt, torch.float32), PROMPT)
     keep = torch.arange(logits.numel()) != IMAGE_TOKEN
     assert float((logits[keep] - expected[keep]).abs().max() / expected.abs().max()) < 1e-5
+
+
+def test_a_window_pool_smaller_than_the_context_with_eviction_equals_the_reference(backend, reference):
+    """SGLang's hybrid sliding-window pool: window KV in SWA slots, positions older than the
+    window freed after every step and their slots reused by later tokens."""
+    w = backend.v41.text.sliding_window
+    slots = Slots(backend.v41.text, window_rows=len(PROMPT) + w + 1)
+    expected = generate(reference, PROMPT, 24)
+    logits = run(backend, slots, [(1, PROMPT)])
+    tokens = [int(logits[0].argmax())]
+    while len(tokens) < 24:
+        slots.evict_window(1, slots.length[1] - (w - 1))  # what the next token no longer reads
+        tokens.append(int(run(backend, slots, [(1, tokens[-1:])])[0].argmax()))
+    assert tokens == expected
+    assert len(PROMPT) + len(tokens) > slots.store.window_rows  # SWA slots were reused
+
+
+def test_reading_an_evicted_window_position_is_refused_by_name(backend):
+    w = backend.v41.text.sliding_window
+    slots = Slots(backend.v41.text, window_rows=64)
+    run(backend, slots, [(1, PROMPT)])
+    slots.evict_window(1, len(PROMPT) - (w - 2))  # one position too many
+    with pytest.raises(SlotStateError, match=rf"window KV of positions \[{len(PROMPT) - (w - 1)}\]"):
+        run(backend, slots, [(1, [5])])
