@@ -6,12 +6,10 @@ server schedules the work: one-shot or chunked prefill, radix prefix hits (page-
 requested prefix that ends mid ratio-2 pair or mid Engram n-gram is cut back), batches.
 
 Servers: the base checkpoint (FP8 Engram) with the radix cache on; the NVFP4 checkpoint with
-MXFP4 Engram tables, a small `--chunked-prefill-size` and the radix cache off; and the base
-checkpoint converted to MXFP4 Engram by `convert-engram`, at `--tp 2` (dense weights split per
-MODEL.md §13, Engram rows split over the ranks), which must give the single-process
-reference's tokens. All run SGLang's
-sliding-window pool (window KV held for the last window only; the tiny window is 8 tokens, so
-a prefix hit far behind where a request ended is cut back to where its window is whole). (SGLang
+MXFP4 Engram tables, a small `--chunked-prefill-size` and the radix cache off (`--tp 2` is in
+test_backend_tp2.py). All run SGLang's sliding-window pool (window KV held for the last window
+only; the tiny window is 8 tokens, so a prefix hit far behind where a request ended is cut back
+to where its window is whole). (SGLang
 wants the chunk size to be a multiple of the page size, so with `--page-size 2` server chunks
 end at even positions; odd chunk boundaries are covered by `tests/backend/test_model.py`, and
 every other decode step starts at an odd position, resuming the ratio-2 pending token.)
@@ -19,40 +17,16 @@ every other decode step starts at an odd position, resuming the ratio-2 pending 
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import openai
 import pytest
 import torch
 from sglang_ds41.encoding import encode_prompt, render_request
 
-from sglang_ds41.checkpoint.convert_engram import convert
-from sglang_ds41.checkpoint.tiny import write_tiny
-from sglang_ds41.reference.generate import generate
-from sglang_ds41.reference.weights import load_reference
-from tests.integration.conftest import _STATS
-from tests.integration.server import running_server
+from tests.integration.backend_served import PROMPTS, STEPS, serve_tiny
 
 pytestmark = pytest.mark.integration
-
-STEPS = 20
-EOS = 1
-PROMPTS = [
-    [0, 3, 17, 9, 1200, 77, 5, 5, 5, 8, 300, 41, 12, 6, 99, 1000, 4, 2, 19, 23, 64, 7],
-    [0, 88, 12345, 2, 7],
-    [0, *range(1000, 1041)],  # 42 tokens
-]
-
-
-def server_env(tp: int = 1) -> dict[str, str]:
-    # float64 like the oracle; one OpenMP thread per rank (many tiny ops on a shared 2-core box)
-    cpus = sorted(os.sched_getaffinity(0))
-    bind = "|".join(str(cpus[r % len(cpus)]) for r in range(tp))
-    return {"SGLANG_DS41_DTYPE": "float64", "SGLANG_CPU_OMP_THREADS_BIND": bind}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -61,57 +35,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-class Served:
-    """A running server plus the reference model of the checkpoint it serves."""
-
-    def __init__(self, server, reference):
-        self.server, self.reference = server, reference
-        self.client = openai.OpenAI(base_url=server.openai_url, api_key="unused", timeout=300, max_retries=0)
-
-    def generate(self, ids: list[int], steps: int = STEPS) -> dict:
-        body = {
-            "input_ids": ids,
-            "sampling_params": {"max_new_tokens": steps, "temperature": 0, "ignore_eos": True},
-        }
-        request = urllib.request.Request(
-            self.server.url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=300) as reply:
-            return json.loads(reply.read())
-
-    def expected(self, ids: list[int], steps: int = STEPS) -> list[int]:
-        return generate(self.reference, ids, steps)
-
-
-def serve_tiny(
-    tmp_path_factory,
-    variant: str,
-    engram: str,
-    args: list[str],
-    tp: int = 1,
-    ready_s: float = 300,
-    converted: bool = False,
-):
-    """`converted`: the MXFP4 Engram checkpoint is made by `convert-engram` from the FP8 one."""
-    root = tmp_path_factory.mktemp(f"backend-{variant}-{engram}")
-    if converted:
-        fp8 = write_tiny(root / "fp8", variant, "fp8", seed=0)
-        convert(fp8, root / "checkpoint", engram, log=lambda _: None)
-        model_dir = root / "checkpoint"
-    else:
-        model_dir = write_tiny(root / "checkpoint", variant, engram, seed=0)
-    reference = load_reference(model_dir, torch.float64)
-    with running_server(
-        model_dir, args, log_path=root / "server.log", env=server_env(tp), ready_timeout_s=ready_s
-    ) as server:
-        yield Served(server, reference)
-    _STATS.append(
-        f"V4.1 backend {variant}/{engram} {' '.join(args)}: ready after {server.ready_s:.1f} s, "
-        f"peak RSS of its process tree {server.peak_rss_gib:.2f} GiB, log {server.log_path}"
-    )
-    assert server.stopped_cleanly, f"serve did not stop cleanly; log {server.log_path}"
 
 
 @pytest.fixture(scope="module")
@@ -123,12 +46,6 @@ def base(tmp_path_factory):
 def chunked(tmp_path_factory):
     args = ["--chunked-prefill-size", "6", "--disable-radix-cache"]
     yield from serve_tiny(tmp_path_factory, "nvfp4", "mxfp4", args)
-
-
-@pytest.fixture(scope="module")
-def tp2(tmp_path_factory):
-    # two ranks load on two shared cores: allow for a busy box
-    yield from serve_tiny(tmp_path_factory, "base", "mxfp4", ["--tp", "2"], tp=2, ready_s=900, converted=True)
 
 
 # --- base checkpoint, radix cache on ------------------------------------------------------------
@@ -227,29 +144,3 @@ def test_chunked_prefill_of_the_nvfp4_mxfp4_checkpoint_equals_the_reference(chun
     out = chunked.generate(prompt)
     assert out["meta_info"]["cached_tokens"] == 0
     assert out["output_ids"] == chunked.expected(prompt)
-
-
-# --- TP 2 -----------------------------------------------------------------------------------------
-
-
-def test_tp2_ranks_each_hold_half_of_every_engram_table(tp2):
-    log = tp2.server.log_path.read_text(errors="replace")
-    for layer, rows in ((1, 434), (2, 606)):  # tiny engram_num_embeddings
-        held = set(
-            re.findall(rf"Engram layer {layer}: TP rank (\d)/2 holds rows (\d+):(\d+) of {rows} ", log)
-        )
-        assert {rank for rank, _, _ in held} == {"0", "1"}
-        bounds = sorted((int(a), int(b)) for _, a, b in held)
-        assert bounds[0][0] == 0 and bounds[0][1] == bounds[1][0] and bounds[1][1] == rows
-
-
-def test_tp2_greedy_tokens_and_prefix_hits_equal_the_reference(tp2):
-    first = PROMPTS[2]
-    assert tp2.generate(first)["output_ids"] == tp2.expected(first)
-    second = [*first[:33], 5, 6, 7]
-    out = tp2.generate(second)  # the window at 33 is long gone: recomputed (or cut back) exactly
-    assert out["meta_info"]["cached_tokens"] <= 32
-    assert out["output_ids"] == tp2.expected(second)
-    again = tp2.generate(second)  # where it ended, the window is whole: a full hit
-    assert again["meta_info"]["cached_tokens"] >= len(second) - 2
-    assert again["output_ids"] == tp2.expected(second)
