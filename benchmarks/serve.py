@@ -162,6 +162,11 @@ def kv_report(tiny_dir: Path) -> dict:
     official, window = kv_bytes_per_token(official_cfg), official_cfg.sliding_window
     per_context_token = official["compressed"] + official["token_id"]
     window_per_request = official["window"] * window
+    # SGLang still allocates its own K/V sub-pools (layer 0 "full", the rest "SWA") with the
+    # geometry it reads from config.json (one KV head of head_dim, K and V, bf16); the backend
+    # never touches them, but they count.
+    sglang_row = 2 * max(1, official_cfg.num_key_value_heads) * official_cfg.head_dim * 2
+    sglang_swa_slot = sglang_row * (official_cfg.num_hidden_layers - 1)
     return {
         "tiny": tiny,
         "official": {
@@ -173,6 +178,9 @@ def kv_report(tiny_dir: Path) -> dict:
             "gib_per_1m_token_sequence": (per_context_token * ONE_M + window_per_request) / 2**30,
             "native_gib_per_1m_token_sequence": NATIVE_BYTES_PER_TOKEN * ONE_M / 2**30,
             "without_window_pool_gib_per_1m_token_sequence": official["total"] * ONE_M / 2**30,
+            "sglang_unused_kv_bytes_per_token": sglang_row,
+            "sglang_unused_kv_bytes_per_swa_slot": sglang_swa_slot,
+            "sglang_unused_kv_bytes_per_token_at_swa_ratio_0.8": sglang_row + 0.8 * sglang_swa_slot,
             "tp_note": "every TP rank holds this state whole (one shared KV head, as in SGLang's V4)",
         },
     }
@@ -314,6 +322,11 @@ def table(result: dict) -> str:
         f"| 1M-token sequence, official | {official['gib_per_1m_token_sequence']:.2f} GiB "
         f"| native {official['native_gib_per_1m_token_sequence']:.2f} GiB | without the SWA pool: "
         f"{official['without_window_pool_gib_per_1m_token_sequence']:.1f} GiB |",
+        "| SGLang's own K/V pool (allocated, unused), official "
+        f"| {official['sglang_unused_kv_bytes_per_token']} B/token "
+        f"+ {official['sglang_unused_kv_bytes_per_swa_slot']:,} B per SWA slot | | "
+        f"{official['sglang_unused_kv_bytes_per_token_at_swa_ratio_0.8']:,.0f} B/token at the default "
+        "--swa-full-tokens-ratio 0.8 |",
     ]
     return "\n".join(lines)
 
