@@ -8,7 +8,6 @@ sums) and the same greedy tokens, for a batched, chunked prefill and decode step
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
+from sglang_ds41.backend.server_process import free_port
 from sglang_ds41.backend.tp import TensorParallel, TensorParallelError
 from sglang_ds41.checkpoint.tiny import write_tiny
 
@@ -84,14 +84,8 @@ def test_shapes_that_do_not_split_are_named():
         TensorParallel(0, 3).local_text_config(text)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_over_gloo_equal_one_rank(ckpt, whole, tmp_path):
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
     outs = [tmp_path / f"rank{r}.pt" for r in (0, 1)]
     procs = [
         subprocess.Popen(
