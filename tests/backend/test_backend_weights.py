@@ -10,12 +10,6 @@ from sglang_ds41.backend.model import DeepseekV41ForCausalLM
 from sglang_ds41.backend.tp import TensorParallel
 from sglang_ds41.backend.weights import backend_checkpoint_name, load_checkpoint
 from sglang_ds41.checkpoint.reader import CheckpointError
-from sglang_ds41.checkpoint.tiny import write_tiny
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return write_tiny(tmp_path_factory.mktemp("tiny"), "base", "fp8", seed=0)
 
 
 def test_backend_parameter_names_map_to_the_official_names():

@@ -19,22 +19,12 @@ from PIL import Image
 
 from sglang_ds41.backend import images
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
-from sglang_ds41.checkpoint.tiny import write_tiny
 from sglang_ds41.reference.weights import load_reference
 from sglang_ds41.vision import GridSpec, build_image_prompt, load_vision_tower, preprocess_image
-from tests.backend.test_model import Slots, close
+from tests.backend._slots import Slots
+from tests.backend.test_model import close
 
 MM_PAD_SHIFT = 1_000_000  # SGLang 0.5.23's first image pad value (schedule_batch.MM_PAD_SHIFT_VALUE)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_torch_thread):
-    """Many tiny ops: one thread (see tests/conftest.py)."""
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return write_tiny(tmp_path_factory.mktemp("tiny"), "base", "fp8", seed=0)
 
 
 @pytest.fixture(scope="module")

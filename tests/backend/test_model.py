@@ -13,7 +13,6 @@ import torch
 
 from sglang_ds41.backend.kv_state import SlotState, SlotStateError
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
-from sglang_ds41.checkpoint.tiny import write_tiny
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
 
@@ -22,16 +21,6 @@ from ._slots import Slots, run
 TOL = 1e-9  # float64: relative to max |logit|
 IMAGE_TOKEN = 129264
 PROMPT = [0, 3, 17, 9, 1200, 77, 5, 5, 5, 8, 300, 41, 12, 6, 99, 1000, 4, 2, 19, 23, 64, 7]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread(one_torch_thread):
-    """Many tiny ops: one thread (see tests/conftest.py)."""
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return write_tiny(tmp_path_factory.mktemp("tiny"), "base", "fp8", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +108,8 @@ def test_an_odd_page_size_is_refused(ckpt):
 
 
 @pytest.mark.parametrize(("variant", "engram"), [("base", "mxfp4"), ("nvfp4", "fp8")])
-def test_the_other_checkpoint_variants_load_and_equal_their_reference(tmp_path, variant, engram):
-    ckpt = write_tiny(tmp_path / "ckpt", variant, engram, seed=0)
+def test_the_other_checkpoint_variants_load_and_equal_their_reference(tiny_ckpt, variant, engram):
+    ckpt = tiny_ckpt(variant, engram)
     backend = DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64)
     slots = Slots(backend.v41.text)
     [logits] = run(backend, slots, [(1, PROMPT)])

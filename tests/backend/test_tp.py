@@ -18,21 +18,15 @@ import torch
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
 from sglang_ds41.backend.server_process import free_port
 from sglang_ds41.backend.tp import TensorParallel, TensorParallelError
-from sglang_ds41.checkpoint.tiny import write_tiny
 
 from ._tp_rank import logits_of_the_script
 
 RANK_SCRIPT = Path(__file__).with_name("_tp_rank.py")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(one_torch_thread):
-    """Many tiny ops: one thread (see tests/conftest.py)."""
-
-
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return write_tiny(tmp_path_factory.mktemp("tiny"), "base", "mxfp4", seed=0)
+def ckpt(tiny_ckpt):
+    return tiny_ckpt("base", "mxfp4")
 
 
 @pytest.fixture(scope="module")
