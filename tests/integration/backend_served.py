@@ -31,6 +31,21 @@ def server_env(tp: int = 1) -> dict[str, str]:
     return {"SGLANG_DS41_DTYPE": "float64", "SGLANG_CPU_OMP_THREADS_BIND": bind}
 
 
+def post_generate(server, ids: list[int], steps: int, images: list[str] | None = None) -> dict:
+    """Greedy `steps` new tokens for prompt `ids` from SGLang's native `/generate`."""
+    body: dict = {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": steps, "temperature": 0, "ignore_eos": True},
+    }
+    if images is not None:
+        body["image_data"] = images
+    request = urllib.request.Request(
+        server.url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        return json.loads(reply.read())
+
+
 class Served:
     """A running server plus the reference model of the checkpoint it serves."""
 
@@ -39,15 +54,7 @@ class Served:
         self.client = openai.OpenAI(base_url=server.openai_url, api_key="unused", timeout=300, max_retries=0)
 
     def generate(self, ids: list[int], steps: int = STEPS) -> dict:
-        body = {
-            "input_ids": ids,
-            "sampling_params": {"max_new_tokens": steps, "temperature": 0, "ignore_eos": True},
-        }
-        request = urllib.request.Request(
-            self.server.url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=300) as reply:
-            return json.loads(reply.read())
+        return post_generate(self.server, ids, steps)
 
     def expected(self, ids: list[int], steps: int = STEPS) -> list[int]:
         return generate(self.reference, ids, steps)

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from sglang_ds41.backend.scripted import write_scripted_checkpoint
 from tests.integration.server import Server, running_server
 
 _STATS: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread_per_module():
+    """`one_torch_thread` for a whole module, so that it also covers module-scoped server
+    fixtures and their reference models (tiny ops: one thread on the shared box)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

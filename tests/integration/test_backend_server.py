@@ -26,15 +26,7 @@ from sglang_ds41.encoding import encode_prompt, render_request
 
 from tests.integration.backend_served import PROMPTS, STEPS, serve_tiny
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread_per_module")]
 
 
 @pytest.fixture(scope="module")

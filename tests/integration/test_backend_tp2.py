@@ -11,19 +11,10 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from tests.integration.backend_served import PROMPTS, serve_tiny
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread_per_module")]
 
 
 @pytest.fixture(scope="module")

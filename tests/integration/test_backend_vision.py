@@ -14,11 +14,8 @@ same sizes but other pixels does not get past the first image.
 from __future__ import annotations
 
 import base64
-import json
-import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import openai
@@ -31,10 +28,11 @@ from sglang_ds41.checkpoint.tiny import write_tiny
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
 from sglang_ds41.vision import GridSpec, ImagePrompt, build_image_prompt, load_vision_tower, preprocess_image
+from tests.integration.backend_served import post_generate, server_env
 from tests.integration.conftest import _STATS
 from tests.integration.server import running_server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread_per_module")]
 
 STEPS = 8
 CHUNK = 16
@@ -67,14 +65,6 @@ def chat(first: str, second: str, question: str = "What differs?") -> dict:
     }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class Served:
     """The server plus the float64 reference model and vision tower of its checkpoint."""
 
@@ -85,16 +75,7 @@ class Served:
         self.client = openai.OpenAI(base_url=server.openai_url, api_key="unused", timeout=300, max_retries=0)
 
     def generate(self, ids: list[int], images: list[str]) -> dict:
-        body = {
-            "input_ids": ids,
-            "image_data": images,
-            "sampling_params": {"max_new_tokens": STEPS, "temperature": 0, "ignore_eos": True},
-        }
-        request = urllib.request.Request(
-            self.server.url + "/generate", json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=300) as reply:
-            return json.loads(reply.read())
+        return post_generate(self.server, ids, STEPS, images)
 
     def prompt(self, request: dict) -> tuple[list[int], list[str], ImagePrompt]:
         """Prompt ids with one placeholder per image, the image URLs, the expanded prompt."""
@@ -113,7 +94,7 @@ class Served:
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("backend-vision")
     model_dir = write_tiny(root / "checkpoint", "base", "fp8", seed=0)
-    env = {"SGLANG_DS41_DTYPE": "float64", "SGLANG_CPU_OMP_THREADS_BIND": str(min(os.sched_getaffinity(0)))}
+    env = server_env()
     args = ["--chunked-prefill-size", str(CHUNK)]
     # A generous start-up limit: the shared CI box is often busy with other servers.
     log = root / "server.log"
