@@ -99,10 +99,10 @@ class DeepseekV41Engram(EngramGate):
 class DeepseekV41DecoderLayer(nn.Module):
     """One backbone layer (`layers.L.*`), as `reference.model.Block`."""
 
-    def __init__(self, cfg: TextConfig, layer: int, tp: TensorParallel):
+    def __init__(self, cfg: TextConfig, local: TextConfig, layer: int, tp: TensorParallel):
+        """`local`: `cfg` with this rank's heads, output groups and expert width (`tp.py`)."""
         super().__init__()
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
-        local = tp.local_text_config(cfg)  # this rank's heads, output groups, expert width
         self.layer, self.tp = layer, tp
         self.engram = (
             DeepseekV41Engram.from_config(cfg, torch.float32) if layer in cfg.engram_layer_ids else None
@@ -149,13 +149,13 @@ class DeepseekV41Model(nn.Module):
         self.text, self.hasher = t, hasher
         self.image_token_id = config.image_token_id
         d = t.hidden_size
-        tp.local_text_config(t)  # fails early, naming the field, when a shape does not split
+        local = tp.local_text_config(t)  # names the field when a shape does not split
         self.embed = VocabParallelEmbedding(t.vocab_size, d, tp)
         self.image_start = nn.Parameter(torch.zeros(d))
         self.image_newline = nn.Parameter(torch.zeros(d))
         self.image_end = nn.Parameter(torch.zeros(d))
         self.layers = nn.ModuleList(
-            DeepseekV41DecoderLayer(t, layer, tp) for layer in range(t.num_hidden_layers)
+            DeepseekV41DecoderLayer(t, local, layer, tp) for layer in range(t.num_hidden_layers)
         )
         self.norm = RMSNorm(d, t.rms_norm_eps)
 
