@@ -22,6 +22,8 @@ Deliberate differences from the official parser:
 3. Token ids that end inside a UTF-8 character: the incomplete bytes are dropped (and reported);
    the official parser also drops the text decoded since the last special token. Invalid UTF-8
    in the middle becomes U+FFFD per invalid sequence, where the official parser may drop bytes.
+   A real U+FFFD the model wrote is kept; the official parser takes one at the end of its decoded
+   text for a half-written character and drops the text since the last special token.
 4. Tool-call ids are `call_{index:02d}_{24 chars}` as upstream; the id source is pluggable
    (`seeded_tool_call_ids`) so results can be reproduced.
 """
