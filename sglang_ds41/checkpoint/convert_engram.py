@@ -4,18 +4,18 @@ The official tables are 202 GB of FP8 (264 B/row); as MXFP4 (136 B/row) a TP=4 r
 Engram table in 12.2 GiB instead of 23.6 GiB (MODEL.md §8.4, §9.2). Users convert the files they
 downloaded, so the conversion must survive what a 500 GB job meets:
 
-* bounded memory: source bytes are read with ``pread`` into reused buffers (a memory map would
-  keep every touched page resident, i.e. RSS = table size), tables go through in row chunks,
-  and every other tensor is copied byte for byte, never through a float;
+* bounded memory: source rows are read with ``pread`` (a memory map would keep every touched
+  page resident, i.e. RSS = table size) in row chunks, at most three alive at a time; every
+  other tensor is copied byte for byte by the kernel (``copy_file_range``), never through a
+  float or through this process;
+* near disk speed: the table rows are re-encoded by a compiled loop on all cores while the next
+  chunk is read and the previous one written (`_overlapped`);
 * atomic + resumable: each output file is written as ``*.partial``, fsync'd and renamed; the
-  journal ``.convert-engram.json`` in DST records finished shards (size + digest), so a rerun
+  journal ``.convert-engram.json`` in DST records finished shards (and their sizes), so a rerun
   after a kill skips them and redoes the rest; config.json is written last;
 * verified: the result is opened through the validating reader (tensor names, shapes, dtypes,
   sizes), compared with the source tensor by tensor, and sampled rows are decoded on both sides
   and checked against the definition (`formats`), with the error statistics reported.
-
-Shard digests are sha256 over the header and the sha256 of each tensor's bytes in file order:
-computable while tensors are written at their offsets, without reading the file back.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import shutil
 import signal
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -59,6 +60,9 @@ COPY_CHUNK = 16 << 20
 # Test hook: "chunk:N" / "commit:N" / "journal:N" SIGKILLs this process right after the N-th
 # written chunk, shard rename, or journal update -- the points a real crash can fall between.
 KILL_ENV = "SGLANG_DS41_CONVERT_KILL_AT"
+
+
+C, D, R = TypeVar("C"), TypeVar("D"), TypeVar("R")
 
 
 class ConvertError(Ds41Error):
@@ -437,8 +441,8 @@ class _Journal:
             and path.stat().st_size == shard.size
         )
 
-    def record(self, shard: Shard, digest: str) -> None:
-        self.data["shards"][shard.file] = {"size": shard.size, "sha256": digest}
+    def record(self, shard: Shard) -> None:
+        self.data["shards"][shard.file] = {"size": shard.size}
         self.save()
 
     def save(self) -> None:
@@ -487,6 +491,47 @@ class _Progress:
             self.bar.update(nbytes)
 
 
+@dataclass(frozen=True)
+class _Recoded:
+    """A chunk's re-encoded rows, per output tensor stored in this shard."""
+
+    parts: dict[Job, np.ndarray]
+    seconds: float
+
+
+def _overlapped(
+    chunks: Sequence[C],
+    read: Callable[[C], D],
+    work: Callable[[C, D], R],
+    write: Callable[[C, R], None],
+    done: Callable[[C, R], None],
+) -> None:
+    """read -> work -> write every chunk, in order, with the disk and the CPU busy at once.
+
+    The read of chunk i+1 and the write of chunk i-1 run on two I/O threads while this thread
+    works on chunk i (pread/pwrite, hashing and the compiled re-encoder all release the GIL).
+    At most three chunks are alive, so memory stays bounded. `done` runs here, in order, once a
+    chunk's write returned; the first error is raised after in-flight I/O has settled, so the
+    caller never closes or removes a file under a running write."""
+    if not chunks:
+        return
+    with ThreadPoolExecutor(2, thread_name_prefix="convert-io") as io:
+        reading = io.submit(read, chunks[0])
+        writing: tuple[Future[None], C, R] | None = None
+        for i, chunk in enumerate(chunks):
+            data = reading.result()
+            if i + 1 < len(chunks):
+                reading = io.submit(read, chunks[i + 1])
+            result = work(chunk, data)
+            if writing is not None:
+                writing[0].result()
+                done(writing[1], writing[2])
+            writing = (io.submit(write, chunk, result), chunk, result)
+        assert writing is not None
+        writing[0].result()
+        done(writing[1], writing[2])
+
+
 def _write_shard(
     plan: Plan,
     shard: Shard,
@@ -497,48 +542,64 @@ def _write_shard(
     after: int,
     workers: int,
 ) -> str:
-    """Write one output shard; returns its digest."""
-    hashes: dict[str, Any] = {j.name: hashlib.sha256() for j in shard.jobs}
+    """Write one output shard: its header, copies of the untouched tensors, the re-encoded rows."""
     where = {j.name: off for j, off in zip(shard.jobs, shard.offsets, strict=True)}
     with PartialFile(plan.dst / shard.file, shard.size, pwrite, needed_after=after) as out:
         out.write_at(0, shard.header)
         progress.advance(len(shard.header))
-        buf = bytearray(min(COPY_CHUNK, max((j.nbytes for j in shard.jobs if j.table is None), default=0)))
-        for job, offset in zip(shard.jobs, shard.offsets, strict=True):
+        buf = None
+        for job in shard.jobs:
             if job.table is not None:
                 continue
             for pos in range(0, job.nbytes, COPY_CHUNK):
-                view = memoryview(buf)[: min(COPY_CHUNK, job.nbytes - pos)]
-                sources.read_into(job.source.file, job.source.start + pos, view)
-                hashes[job.name].update(view)
-                out.write_at(offset + pos, view)
-                progress.advance(len(view))
+                n = min(COPY_CHUNK, job.nbytes - pos)
+                src, dst = job.source.start + pos, where[job.name] + pos
+                done = out.copy_from(sources.fd(job.source.file), src, dst, n)
+                if done < n:  # no kernel copy here: through a buffer
+                    buf = buf if buf is not None else bytearray(COPY_CHUNK)
+                    view = memoryview(buf)[: n - done]
+                    sources.read_into(job.source.file, src + done, view)
+                    out.write_at(dst + done, view)
+                progress.advance(n)
                 _hook("chunk")
-        for table in shard.tables:
-            parts = {j.part: j for j in shard.jobs if j.table is table}
-            for start in range(0, table.rows, chunk_rows):
-                stop = min(start + chunk_rows, table.rows)
-                begin = time.perf_counter()
-                w, s = recode(plan.to, *sources.rows(table, start, stop), workers=workers)
-                w, s = np.ascontiguousarray(w), np.ascontiguousarray(s)
-                seconds = time.perf_counter() - begin
-                written = 0
-                for part, data in (("weight", w), ("scale", s)):
-                    job = parts.get(part)
-                    if job is None:  # stored in another shard, which recomputes it
-                        continue
-                    per_row = job.nbytes // table.rows
-                    hashes[job.name].update(data.data)
-                    out.write_at(where[job.name] + start * per_row, data.data)
-                    written += data.nbytes
-                progress.advance(written, stop - start, seconds)
-                _hook("chunk")
-        digest = hashlib.sha256(shard.header)
-        for job in shard.jobs:
-            digest.update(hashes[job.name].digest())
+
+        # Engram tables: row chunks, re-encoded here (over `workers` threads) on their way out.
+        rows_chunks = [
+            (table, start, min(start + chunk_rows, table.rows))
+            for table in shard.tables
+            for start in range(0, table.rows, chunk_rows)
+        ]
+        # A table's weight and scale may sit in different shards: each shard writes its own part.
+        parts = {(j.table.layer, j.part): j for j in shard.jobs if j.table is not None}
+
+        def read_rows(chunk: tuple[Table, int, int]) -> tuple[np.ndarray, np.ndarray]:
+            return sources.rows(*chunk)
+
+        def recode_rows(chunk: tuple[Table, int, int], rows: tuple[np.ndarray, np.ndarray]) -> _Recoded:
+            begin = time.perf_counter()
+            w, s = recode(plan.to, *rows, workers=workers)
+            out_parts = {"weight": np.ascontiguousarray(w), "scale": np.ascontiguousarray(s)}
+            kept = {
+                parts[chunk[0].layer, p]: data
+                for p, data in out_parts.items()
+                if (chunk[0].layer, p) in parts
+            }
+            return _Recoded(kept, time.perf_counter() - begin)
+
+        def write_rows(chunk: tuple[Table, int, int], recoded: _Recoded) -> None:
+            table, start, _ = chunk
+            for job, data in recoded.parts.items():
+                out.write_at(where[job.name] + start * (job.nbytes // table.rows), data.data)
+
+        def wrote_rows(chunk: tuple[Table, int, int], recoded: _Recoded) -> None:
+            progress.advance(
+                sum(d.nbytes for d in recoded.parts.values()), chunk[2] - chunk[1], recoded.seconds
+            )
+            _hook("chunk")
+
+        _overlapped(rows_chunks, read_rows, recode_rows, write_rows, wrote_rows)
         out.commit()
     _hook("commit")
-    return digest.hexdigest()
 
 
 def _copy_other(plan: Plan, name: str, pwrite: PWrite) -> None:
@@ -639,8 +700,8 @@ def convert(
         with _Sources(plan.src) as sources:
             for shard in todo:
                 remaining -= shard.size
-                digest = _write_shard(plan, shard, sources, chunk_rows, pwrite, prog, remaining, workers)
-                journal.record(shard, digest)
+                _write_shard(plan, shard, sources, chunk_rows, pwrite, prog, remaining, workers)
+                journal.record(shard)
                 written.append(shard.file)
         if bar is not None:
             bar.close()

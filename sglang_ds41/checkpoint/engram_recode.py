@@ -7,10 +7,13 @@ to table look-ups, because within one 32-block every step is decided by two byte
 * the block's MXFP4 exponent is ``s - 127 + floor(log2 max|v|) - 2`` (``s`` the FP8 scale byte),
   and E4M3 magnitudes order like their byte values, so ``max|v|`` is a max over bytes;
 * each value is then ``fp8(byte) * 2**k`` with ``k = 2 - floor(log2 max|v|)`` in [-6, 11], so
-  its E2M1 code is ``LUT[k][byte]`` -- and a little-endian uint16 holds two neighbouring bytes,
-  so one look-up in ``PAIR[k][pair]`` yields the packed byte (low nibble = even column).
+  its E2M1 code is ``LUT[k][byte]`` (18 x 256 bytes, resident in L1).
 
-The tables are built by calling `formats.e2m1.encode` on exact float32 values, and rows holding a
+numpy can only run that as separate passes with materialised index arrays (~250 MB/s of source
+per core, slower than a disk), so the loop is compiled with numba (sglang pins it too): one pass
+per row, ~1 GB/s per core, and it releases the GIL so `recode` spreads rows over threads.
+
+The table is built by calling `formats.e2m1.encode` on exact float32 values, and rows holding a
 block where the shortcut's premises fail (NaN values or scale, scale exponents that would clamp
 or overflow float32) go through `formats.fp8_rows_to_mxfp4` itself, so the result is the
 definition's bit for bit (tests compare exhaustively). The reverse direction, for tests, is
@@ -23,6 +26,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
+import numba
 import numpy as np
 import torch
 
@@ -32,45 +36,79 @@ from sglang_ds41.formats import e2m1
 BLOCK = 32
 _K_MIN, _K_MAX = -6, 11  # 2 - floor(log2 m) over E4M3 magnitudes m in [2**-9, 448]
 _NAN_MAG = 0x7F  # E4M3fn NaN magnitude byte (0x7F / 0xFF)
-_NAN_SCALE = 255
-# Scale bytes from here on can overflow float32 when dequantised (448 * 2**120 > float32 max).
+# Scale bytes from here on can overflow float32 when dequantised (448 * 2**120 > float32 max);
+# 255 is the NaN scale.
 _OVERFLOW_SCALE = 247
 
 
 @cache
 def _tables() -> tuple[np.ndarray, np.ndarray]:
-    """(floor(log2 |v|) per E4M3 byte as int16, packed-pair LUT uint8 [n_k * 65536])."""
+    """(floor(log2 |v|) per E4M3 byte as int32 [256], E2M1 code per (k - K_MIN, byte) uint8 [18, 256])."""
     values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     _, exponent = torch.frexp(values.abs())
-    floor_log2 = (exponent - 1).numpy().astype(np.int16)  # byte 0: -1, never used (zero block)
-    single = np.stack([e2m1.encode(values * 2.0**k).numpy() for k in range(_K_MIN, _K_MAX + 1)])
-    pair = np.arange(65536)
-    packed = single[:, pair & 0xFF] | (single[:, pair >> 8] << 4)
-    return floor_log2, packed.astype(np.uint8).reshape(-1)
+    floor_log2 = (exponent - 1).numpy().astype(np.int32)  # byte 0: -1, never used (zero block)
+    codes = np.stack([e2m1.encode(values * 2.0**k).numpy() for k in range(_K_MIN, _K_MAX + 1)])
+    return floor_log2, codes.astype(np.uint8)
 
 
-def fp8_to_mxfp4(weight: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+# Rows per worker below which threads cost more than they save.
+_MIN_ROWS_PER_WORKER = 4096
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _fp8_rows_to_mxfp4(weight, scale, floor_log2, lut, codes, scales, fallback):
+    """The look-up re-encoding of every row; flags in `fallback` the rows the definition must redo."""
+    rows, width = weight.shape
+    for r in range(rows):
+        flagged = False
+        for b in range(width // BLOCK):
+            first = b * BLOCK
+            s = np.int32(scale[r, b])
+            flagged |= s >= _OVERFLOW_SCALE
+            top = np.int32(0)
+            for i in range(first, first + BLOCK):
+                top = max(top, np.int32(weight[r, i] & 0x7F))
+            if top == 0:  # the definition's all-zero block: scale byte 0, codes 0
+                scales[r, b] = 0
+                for j in range(first // 2, (first + BLOCK) // 2):
+                    codes[r, j] = 0
+                continue
+            exponent = floor_log2[top]
+            new_scale = s + exponent - 2
+            flagged |= (top == _NAN_MAG) | (new_scale < 0) | (new_scale > 254)
+            scales[r, b] = np.uint8(new_scale & 0xFF)
+            k = 2 - exponent - _K_MIN
+            for i in range(first, first + BLOCK, 2):  # low nibble = even column
+                codes[r, i // 2] = lut[k, weight[r, i]] | (lut[k, weight[r, i + 1]] << 4)
+        fallback[r] = flagged
+
+
+def fp8_to_mxfp4(weight: np.ndarray, scale: np.ndarray, workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """FP8 rows (uint8 [R, W] E4M3 bytes, uint8 [R, W/32] E8M0) -> MXFP4 (uint8 [R, W/2], [R, W/32]).
 
-    Bit-identical to ``formats.fp8_rows_to_mxfp4``."""
+    Bit-identical to ``formats.fp8_rows_to_mxfp4``. With `workers` > 1 the rows are split over
+    threads (the compiled loop releases the GIL), each filling its slice of the outputs."""
     rows, width = weight.shape
-    n_blocks = width // BLOCK
-    floor_log2, pair_lut = _tables()
-    blocks = weight.reshape(rows, n_blocks, BLOCK)
-    max_mag = np.bitwise_and(blocks, 0x7F).max(axis=2)
-    fl = floor_log2[max_mag]
-    new_scale = scale.astype(np.int16) + fl - 2
-    zero = max_mag == 0
-    new_scale[zero] = 0  # the definition's all-zero block: scale byte 0, codes 0
-    slow = (
-        (max_mag == _NAN_MAG) | (scale >= _OVERFLOW_SCALE) | (~zero & ((new_scale < 0) | (new_scale > 254)))
-    ).any(axis=1)
-    k = np.where(zero, 0, 2 - fl) - _K_MIN
-    index = (k.astype(np.uint32) << 16)[:, :, None] | weight.view("<u2").reshape(rows, n_blocks, BLOCK // 2)
-    codes = pair_lut[index].reshape(rows, width // 2)
-    scales = new_scale.astype(np.uint8)
-    if slow.any():
-        idx = np.flatnonzero(slow)
+    if width % BLOCK or scale.shape != (rows, width // BLOCK):
+        raise ValueError(
+            f"FP8 rows {weight.shape} / scales {scale.shape}: expected [R, W] and [R, W/{BLOCK}]"
+        )
+    codes = np.empty((rows, width // 2), np.uint8)
+    scales = np.empty((rows, width // BLOCK), np.uint8)
+    fallback = np.empty(rows, np.bool_)
+    tables = _tables()
+    bounds = np.linspace(0, rows, max(1, min(workers, rows // _MIN_ROWS_PER_WORKER)) + 1).astype(int)
+
+    def run(i: int) -> None:
+        part = slice(bounds[i], bounds[i + 1])
+        _fp8_rows_to_mxfp4(weight[part], scale[part], *tables, codes[part], scales[part], fallback[part])
+
+    if len(bounds) == 2:
+        run(0)
+    else:
+        list(_pool(len(bounds) - 1).map(run, range(len(bounds) - 1)))
+    if fallback.any():
+        idx = np.flatnonzero(fallback)
         ref_codes, ref_scales = formats.fp8_rows_to_mxfp4(
             torch.from_numpy(weight[idx]).view(torch.float8_e4m3fn),
             torch.from_numpy(scale[idx]).view(torch.float8_e8m0fnu),
@@ -92,10 +130,6 @@ def mxfp4_to_fp8(codes: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.n
     return values.view(torch.uint8).numpy(), scales.view(torch.uint8).numpy()
 
 
-# Rows per worker below which threads cost more than they save.
-_MIN_ROWS_PER_WORKER = 4096
-
-
 @cache
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="engram-recode")
@@ -106,21 +140,8 @@ def default_workers() -> int:
 
 
 def recode(to: str, weight: np.ndarray, scale: np.ndarray, workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the other format -> rows of `to` (``mxfp4`` or ``fp8``).
-
-    With `workers` > 1 the rows are split over threads: numpy's reductions and look-ups release
-    the GIL, so FP8 -> MXFP4 scales with cores until the disk is the limit."""
-    fn = fp8_to_mxfp4 if to == "mxfp4" else mxfp4_to_fp8
-    n = min(workers, len(weight) // _MIN_ROWS_PER_WORKER)
-    if n <= 1:
-        return fn(weight, scale)
-    bounds = np.linspace(0, len(weight), n + 1).astype(int)
-    parts = list(
-        _pool(n).map(
-            lambda i: fn(weight[bounds[i] : bounds[i + 1]], scale[bounds[i] : bounds[i + 1]]), range(n)
-        )
-    )
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+    """Rows of the other format -> rows of `to` (``mxfp4`` or ``fp8``; `workers` threads for mxfp4)."""
+    return fp8_to_mxfp4(weight, scale, workers) if to == "mxfp4" else mxfp4_to_fp8(weight, scale)
 
 
 def decode(fmt: str, weight: np.ndarray, scale: np.ndarray) -> torch.Tensor:

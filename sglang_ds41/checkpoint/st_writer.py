@@ -37,6 +37,10 @@ _DTYPE_ORDER = (
 PWrite = Callable[[int, bytes | memoryview, int], int]
 
 
+# copy_file_range's answers for "not between these files": fall back to read + write.
+_NO_KERNEL_COPY = frozenset({errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF})
+
+
 class OutputError(Ds41Error):
     """Writing the output failed: disk full, read-only target, permissions, I/O error."""
 
@@ -126,6 +130,29 @@ class PartialFile:
                 view, offset, self.written = view[n:], offset + n, self.written + n
         except OSError as error:
             self._fail(error)
+
+    def copy_from(self, src_fd: int, src_offset: int, offset: int, nbytes: int) -> int:
+        """Copy bytes of another file in the kernel; returns how many were copied.
+
+        `os.copy_file_range` never brings the bytes into this process (and shares extents on
+        filesystems that reflink), so copying the checkpoint's untouched tensors costs what a
+        plain ``cp`` costs. Fewer than `nbytes` come back when the source ends early, when the
+        kernel cannot copy between these two files, or when an injected `pwrite` must see
+        every write (tests): the caller writes the rest through `write_at`."""
+        if self._pwrite is not os.pwrite:
+            return 0
+        done = 0
+        try:
+            while done < nbytes:
+                n = os.copy_file_range(src_fd, self._fd, nbytes - done, src_offset + done, offset + done)
+                if n == 0:
+                    break
+                done += n
+        except OSError as error:
+            if error.errno not in _NO_KERNEL_COPY:
+                self._fail(error)
+        self.written += done
+        return done
 
     def commit(self) -> None:
         """fsync, close, rename into place, fsync the directory (the rename is durable too)."""
