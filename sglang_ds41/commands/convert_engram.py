@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     layers = _layers(args.layers)
     if args.dry_run:
         plan = ce.make_plan(args.src_dir, args.dst_dir, args.to, layers)
-        print(ce.describe_plan(plan, ce.measure_rows_per_second(plan), args.disk_mbps * 1e6))
+        rows_per_s = ce.measure_rows_per_second(plan, workers=args.workers)
+        print(ce.describe_plan(plan, rows_per_s, args.disk_mbps * 1e6))
         return 0
     result = ce.convert(
         args.src_dir,
