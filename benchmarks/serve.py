@@ -25,7 +25,8 @@ state pay off, below 1 what its plumbing costs at this size.
 Also reported: the bytes of V4.1 state of the backend's slot layout (`backend.kv_state.
 kv_bytes_per_token`, rows packed in the model's KV formats, so the same in every dtype): per
 token of context (compressed entries + token id) next to the model's native 890 B/token (MODEL.md
-§4.6), and the window KV, which SGLang's sliding-window pool holds per request, not per token.
+§4.6), and the window KV, which SGLang's sliding-window pool holds per request, not per token;
+and what SGLang's pools allocate for it (they are given our rows as their geometry).
 
 Writes `benchmarks/results/serve.json` and prints a short markdown table.
 """
@@ -48,7 +49,9 @@ from pathlib import Path
 
 import torch
 
+from sglang_ds41.backend.kv_codec import window_codec
 from sglang_ds41.backend.kv_state import kv_bytes_per_token
+from sglang_ds41.backend.launch_hooks import slot_row_geometry
 from sglang_ds41.backend.serve import omp_bind, split_flags, tiny_checkpoint
 from sglang_ds41.backend.server_process import running_server
 from sglang_ds41.config import V41Config
@@ -162,11 +165,12 @@ def kv_report(tiny_dir: Path) -> dict:
     official, window = kv_bytes_per_token(official_cfg), official_cfg.sliding_window
     per_context_token = official["compressed"] + official["token_id"]
     window_per_request = official["window"] * window
-    # SGLang still allocates its own K/V sub-pools (layer 0 "full", the rest "SWA") with the
-    # geometry it reads from config.json (one KV head of head_dim, K and V, bf16); the backend
-    # never touches them, but they count.
-    sglang_row = 2 * max(1, official_cfg.num_key_value_heads) * official_cfg.head_dim * 2
-    sglang_swa_slot = sglang_row * (official_cfg.num_hidden_layers - 1)
+    # SGLang's pools (layer 0 "full", the rest "SWA") get our rows as their geometry
+    # (launch_hooks): what it allocates and counts per token, in bf16 elements, vs what is used;
+    # layer 0's window rows are a buffer of ours beside them, uncounted by SGLang's sizing.
+    full_k, swa_k = slot_row_geometry(official_cfg, 2)
+    sglang_row, sglang_swa_slot = 2 * full_k, 2 * swa_k * (official_cfg.num_hidden_layers - 1)
+    ours_per_swa_slot = official["window"] - window_codec(official_cfg.head_dim).row_bytes
     return {
         "tiny": tiny,
         "official": {
@@ -178,9 +182,11 @@ def kv_report(tiny_dir: Path) -> dict:
             "gib_per_1m_token_sequence": (per_context_token * ONE_M + window_per_request) / 2**30,
             "native_gib_per_1m_token_sequence": NATIVE_BYTES_PER_TOKEN * ONE_M / 2**30,
             "without_window_pool_gib_per_1m_token_sequence": official["total"] * ONE_M / 2**30,
-            "sglang_unused_kv_bytes_per_token": sglang_row,
-            "sglang_unused_kv_bytes_per_swa_slot": sglang_swa_slot,
-            "sglang_unused_kv_bytes_per_token_at_swa_ratio_0.8": sglang_row + 0.8 * sglang_swa_slot,
+            "sglang_pool_bytes_per_token": sglang_row,
+            "sglang_pool_bytes_per_swa_slot": sglang_swa_slot,
+            "sglang_pool_unused_bytes_per_token": sglang_row - per_context_token,
+            "sglang_pool_unused_bytes_per_swa_slot": sglang_swa_slot - ours_per_swa_slot,
+            "own_buffer_bytes_per_swa_slot_layer0_window": official["window"] - ours_per_swa_slot,
             "tp_note": "every TP rank holds this state whole (one shared KV head, as in SGLang's V4)",
         },
     }
@@ -322,11 +328,13 @@ def table(result: dict) -> str:
         f"| 1M-token sequence, official | {official['gib_per_1m_token_sequence']:.2f} GiB "
         f"| native {official['native_gib_per_1m_token_sequence']:.2f} GiB | without the SWA pool: "
         f"{official['without_window_pool_gib_per_1m_token_sequence']:.1f} GiB |",
-        "| SGLang's own K/V pool (allocated, unused), official "
-        f"| {official['sglang_unused_kv_bytes_per_token']} B/token "
-        f"+ {official['sglang_unused_kv_bytes_per_swa_slot']:,} B per SWA slot | | "
-        f"{official['sglang_unused_kv_bytes_per_token_at_swa_ratio_0.8']:,.0f} B/token at the default "
-        "--swa-full-tokens-ratio 0.8 |",
+        "| SGLang's K pools (hold the state), official "
+        f"| {official['sglang_pool_bytes_per_token']} B/token + "
+        f"{official['sglang_pool_bytes_per_swa_slot']:,} B per SWA slot "
+        f"| unused: {official['sglang_pool_unused_bytes_per_token']:.0f} + "
+        f"{official['sglang_pool_unused_bytes_per_swa_slot']} "
+        f"| layer 0's window beside them: {official['own_buffer_bytes_per_swa_slot_layer0_window']} "
+        "B per SWA slot |",
     ]
     return "\n".join(lines)
 

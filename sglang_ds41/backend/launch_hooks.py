@@ -9,7 +9,11 @@ imported, so each patch waits for its target module with an import hook.
   architectures are exactly `["DeepseekV41ForCausalLM"]` to its own CUDA-only
   `DeepseekV4ForCausalLM` (`normalize_deepseek_v41_config` in `srt/configs/deepseek_v41.py`);
   the patch undoes that rename so the model registry finds our backend.
-* Always: the sliding-window pool (`window_pool_fields`), so the window KV of old tokens is freed.
+* Always: the sliding-window pool (`window_pool_fields`), so the window KV of old tokens is freed,
+  and its geometry (`use_slot_row_geometry`): SGLang sizes and allocates its full and SWA pools
+  from ModelConfig's head dims, so V41 gives it one K row per token of exactly our packed rows
+  (894 B full side, 528 B per layer of window for the official dims) and no V rows; the model
+  keeps its state in those buffers, and SGLang's memory sizing counts the real bytes.
 * Always: quantization. Our backend reads the checkpoint's FP8 / MXFP4 / NVFP4 tensors itself
   (the shared loader dequantises), so SGLang must not build its own quantization config from
   `quantization_config` / `hf_quant_config.json` (it would refuse float32 and expect its own
@@ -79,15 +83,52 @@ def _patch_mm_processor(module: ModuleType) -> None:
     module.get_mm_processor_cls = get_mm_processor_cls
 
 
+def slot_row_geometry(cfg, element_size: int) -> tuple[int, int]:
+    """(K head_dim of the full layer, of every SWA layer) in elements of `element_size` bytes:
+    our packed rows (`kv_state.pool_row_bytes`), rounded up to whole elements."""
+    from sglang_ds41.backend.kv_state import pool_row_bytes
+
+    full_bytes, window_bytes = pool_row_bytes(cfg)
+    return -(-full_bytes // element_size), -(-window_bytes // element_size)
+
+
+def use_slot_row_geometry(model_config) -> None:
+    """Give a hybrid-SWA V41 ModelConfig the KV geometry of our slot rows (one K "head" per
+    token, in elements of the model dtype, which SGLang's `--kv-cache-dtype auto` stores; no V):
+    the full layer's K row holds a slot's token id + compressed-entry pieces, each SWA layer's
+    K row that layer's packed window KV."""
+    import torch
+
+    from sglang_ds41.config import V41Config
+
+    cfg = V41Config.from_file(os.path.join(model_config.model_path, "config.json")).text
+    element = torch.empty((), dtype=model_config.dtype).element_size()
+    model_config.head_dim, model_config.swa_head_dim = slot_row_geometry(cfg, element)
+    model_config.v_head_dim = model_config.swa_v_head_dim = 0
+    text = model_config.hf_text_config
+    text.num_key_value_heads = text.swa_num_key_value_heads = 1
+    text.v_head_dim = text.swa_v_head_dim = 0
+    text.swa_head_dim = model_config.swa_head_dim
+    model_config.is_hybrid_swa_compress = True  # SGLang passes the per-pool dims only then
+
+
 def _patch_model_config(module: ModuleType) -> None:
     parse = module.ModelConfig._parse_quant_hf_config
+    init = module.ModelConfig.__init__
 
     def _parse_quant_hf_config(self):
         if (getattr(self.hf_config, "architectures", None) or [None])[0] in OUR_ARCHITECTURES:
             return None
         return parse(self)
 
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        architectures = getattr(self.hf_config, "architectures", None) or [None]
+        if architectures[0] == V41 and getattr(self, "is_hybrid_swa", False):
+            use_slot_row_geometry(self)
+
     module.ModelConfig._parse_quant_hf_config = _parse_quant_hf_config
+    module.ModelConfig.__init__ = __init__
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {

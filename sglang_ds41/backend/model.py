@@ -55,15 +55,20 @@ from sglang_ds41.model.vision import VisionTower
 
 from . import images
 from .attention import SlotAttention, batch_attention
-from .kv_state import SlotState, Span
+from .kv_state import PoolViews, SlotState, Span
 from .tp import SINGLE, TensorParallel, VocabParallelEmbedding
 
 logger = logging.getLogger(__name__)
 
 DTYPE_ENV = "SGLANG_DS41_DTYPE"
 # SGLang's hybrid pool needs one "full" layer for its full slot space; `launch_hooks` names
-# layer 0 (its K/V rows go unused, like every layer's: the state lives in `SlotState`).
+# layer 0, and its K rows hold each slot's full-side row (token id, compressed-entry pieces).
 WINDOW_POOL_FULL_LAYER = 0
+
+
+def _as_rows(buffer: torch.Tensor) -> torch.Tensor:
+    """An SGLang K buffer [slots, heads, head_dim] (any dtype) as its bytes per slot."""
+    return buffer.view(torch.uint8).reshape(buffer.shape[0], -1)
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -289,12 +294,19 @@ class DeepseekV41ForCausalLM(nn.Module):
         from sglang.srt.model_executor.forward_context import get_req_to_token_pool, get_token_to_kv_pool
 
         pool = get_token_to_kv_pool()
-        rows = pool.get_key_buffer(WINDOW_POOL_FULL_LAYER).shape[0]
         req_rows = get_req_to_token_pool().req_to_token.shape[0]
+        full = _as_rows(pool.get_key_buffer(WINDOW_POOL_FULL_LAYER))
+        rows = full.shape[0]
         # Under SGLang's hybrid sliding-window pool (the default, see `launch_hooks`) the window
-        # KV lives in the SWA slots it keeps for the last window of each request and cached prefix.
+        # KV lives in the SWA slots it keeps for the last window of each request and cached
+        # prefix, and both pools were given our row geometry: the state lives in their K buffers.
         translate = getattr(pool, "translate_loc_from_full_to_swa", None)
-        window_rows = pool.get_key_buffer(WINDOW_POOL_FULL_LAYER + 1).shape[0] if translate else rows
+        views = None
+        window_rows = rows
+        if translate is not None:
+            layers = range(WINDOW_POOL_FULL_LAYER + 1, self.v41.text.num_hidden_layers)
+            views = PoolViews(full, {layer: _as_rows(pool.get_key_buffer(layer)) for layer in layers})
+            window_rows = views.window[WINDOW_POOL_FULL_LAYER + 1].shape[0]
         if self.store is None or not self.store.fits(rows, req_rows, window_rows):
             self.store = SlotState(
                 self.v41.text,
@@ -304,6 +316,7 @@ class DeepseekV41ForCausalLM(nn.Module):
                 self.head.weight.device,
                 window_rows=window_rows,
                 window_slots=translate,
+                pool=views,
             )
         return self.store
 

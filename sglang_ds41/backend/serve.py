@@ -125,6 +125,12 @@ def build_launch(
     user = split_flags(sglang_args)
     if flag_value(user, "--model-path") is not None:
         raise Ds41Error("give the checkpoint as MODEL_DIR, not as --model-path")
+    kv_dtype = flag_value(user, "--kv-cache-dtype")
+    if kv_dtype not in (None, "auto"):
+        raise Ds41Error(
+            f"--kv-cache-dtype {kv_dtype}: V4.1 keeps its attention state in its own formats (FP8 "
+            "window, FP4 latents and index keys, packed into SGLang's pool rows); leave it at auto"
+        )
     device = flag_value(user, "--device")
     cpu = device == "cpu" or (device is None and not (has_gpu() if gpu is None else gpu))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ds41.backend.kv_state import SlotState, Span
+from sglang_ds41.backend.kv_state import PoolViews, SlotState, Span, pool_row_bytes
 
 
 class Slots:
@@ -13,10 +13,18 @@ class Slots:
 
     With `window_rows`, also SGLang's hybrid sliding-window pool: each new token takes a free
     SWA slot (handed out in a scrambled order), `full_to_swa` maps full slots to them (0 = none)
-    and `evict_window` frees the SWA slots of positions a request no longer reads."""
+    and `evict_window` frees the SWA slots of positions a request no longer reads. With
+    `pool_dtype` too, the state lives in buffers shaped like the K buffers SGLang allocates
+    from the geometry `launch_hooks` gives it ([slots, 1, ceil(row bytes / element size)])."""
 
     def __init__(
-        self, cfg, rows: int = 1024, req_rows: int = 8, page: int = 2, window_rows: int | None = None
+        self,
+        cfg,
+        rows: int = 1024,
+        req_rows: int = 8,
+        page: int = 2,
+        window_rows: int | None = None,
+        pool_dtype: torch.dtype | None = None,
     ):
         self.page, self.next_free = page, page  # page 0 is SGLang's padding page
         self.req_to_token = torch.zeros(req_rows, rows, dtype=torch.int64)
@@ -34,6 +42,7 @@ class Slots:
             torch.float64,
             window_rows=window_rows,
             window_slots=None if window_rows is None else self.full_to_swa.__getitem__,
+            pool=None if pool_dtype is None else sglang_shaped_pool(cfg, rows, window_rows, pool_dtype),
         )
 
     def evict_window(self, row: int, keep_from: int) -> None:
@@ -75,3 +84,16 @@ def run(backend, slots: Slots, parts: list[tuple[int, list[int]]]) -> torch.Tens
     positions = torch.cat([torch.arange(s.start, s.end) for s in spans])
     out_loc = torch.cat([s.new_slots for s in spans])
     return backend.next_token_logits(torch.tensor(ids), positions, out_loc, spans, slots.store)
+
+
+def sglang_shaped_pool(cfg, rows: int, window_rows: int, dtype: torch.dtype) -> PoolViews:
+    """K buffers as SGLang's hybrid pool allocates them for V41, seen as bytes like the model does."""
+    full_bytes, window_bytes = pool_row_bytes(cfg)
+    size = torch.empty((), dtype=dtype).element_size()
+
+    def k_buffer(n: int, nbytes: int) -> torch.Tensor:
+        buffer = torch.zeros(n, 1, -(-nbytes // size), dtype=dtype)
+        return buffer.view(torch.uint8).reshape(n, -1)
+
+    windows = {layer: k_buffer(window_rows, window_bytes) for layer in range(1, cfg.num_hidden_layers)}
+    return PoolViews(k_buffer(rows, full_bytes), windows)

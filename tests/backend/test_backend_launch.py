@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import types
 
+import pytest
+
 from sglang_ds41.backend import launch_hooks, serve
 from sglang_ds41.backend.architectures import V41
+from sglang_ds41.errors import Ds41Error
 
 
 def _checkpoint(tmp_path):
@@ -22,6 +25,12 @@ def test_serve_defaults_to_an_even_page_size_for_ratio_2_slots(tmp_path):
 def test_a_user_page_size_replaces_ours(tmp_path):
     launch = serve.build_launch(_checkpoint(tmp_path), ["--page-size", "64"], gpu=False)
     assert serve.flag_value(serve.split_flags(launch.argv[3:]), "--page-size") == "64"
+
+
+def test_a_kv_cache_dtype_is_refused_before_launch(tmp_path):
+    with pytest.raises(Ds41Error, match=r"--kv-cache-dtype fp8_e4m3: V4.1 keeps its attention state"):
+        serve.build_launch(_checkpoint(tmp_path), ["--kv-cache-dtype", "fp8_e4m3"], gpu=False)
+    serve.build_launch(_checkpoint(tmp_path), ["--kv-cache-dtype", "auto"], gpu=False)
 
 
 def test_sglang_sees_no_quantization_config_for_our_architecture_only():

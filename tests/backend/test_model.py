@@ -126,11 +126,15 @@ def test_float32_serving_stays_within_float_noise_of_the_float32_reference(ckpt)
     assert float((logits[keep] - expected[keep]).abs().max() / expected.abs().max()) < 1e-5
 
 
-def test_a_window_pool_smaller_than_the_context_with_eviction_equals_the_reference(backend, reference):
+@pytest.mark.parametrize("pool_dtype", [None, torch.float64, torch.bfloat16])
+def test_a_window_pool_smaller_than_the_context_with_eviction_equals_the_reference(
+    backend, reference, pool_dtype
+):
     """SGLang's hybrid sliding-window pool: window KV in SWA slots, positions older than the
-    window freed after every step and their slots reused by later tokens."""
+    window freed after every step and their slots reused by later tokens; the rows in buffers
+    of our own, or in SGLang-shaped K buffers (padded rows: 84 -> 88 B in float64)."""
     w = backend.v41.text.sliding_window
-    slots = Slots(backend.v41.text, window_rows=len(PROMPT) + w + 1)
+    slots = Slots(backend.v41.text, window_rows=len(PROMPT) + w + 1, pool_dtype=pool_dtype)
     expected = generate(reference, PROMPT, 24)
     logits = run(backend, slots, [(1, PROMPT)])
     tokens = [int(logits[0].argmax())]
