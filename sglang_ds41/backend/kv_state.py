@@ -174,6 +174,8 @@ class SlotState:
             e = torch.arange(self.layout.entry_bytes, device=self._flat.device)
             self._entry_pos[s] = torch.div(e, piece, rounding_mode="floor") * stride + offset + e % piece
         self.pending, self.pending_pos = {}, {}
+        # request slot -> (span, first position, window rows): this forward's, see begin_forward
+        self._forward_rows: dict[int, tuple[Span, int, torch.Tensor]] = {}
         for s, ratio in self.ratio.items():
             if ratio == 2:
                 # the (a, z) rows are fp32 math (float64 in a float64 model), not activations
@@ -193,8 +195,25 @@ class SlotState:
         window_rows = rows if window_rows is None else window_rows
         return rows <= self.rows and req_rows <= self.req_rows and window_rows <= self.window_rows
 
+    def begin_forward(self, spans: list[Span]) -> None:
+        """Translate (and check) each span's window rows once for all layers of a forward:
+        positions [start - (window - 1), end) are all that its layers read or write."""
+        self._forward_rows = {}
+        for span in spans:
+            lo = max(0, span.start - (self.window_size - 1))
+            self._forward_rows[span.row] = (span, lo, self._translate(span, lo, span.end))
+
+    def end_forward(self) -> None:
+        self._forward_rows = {}
+
     def _window_ids(self, span: Span, lo: int, hi: int) -> torch.Tensor:
         """Rows of `window[layer]` holding positions [lo, hi) of the span's request."""
+        cached = self._forward_rows.get(span.row)
+        if cached is not None and cached[0] is span and cached[1] <= lo:
+            return cached[2][lo - cached[1] : hi - cached[1]]
+        return self._translate(span, lo, hi)
+
+    def _translate(self, span: Span, lo: int, hi: int) -> torch.Tensor:
         slots = span.slots[lo:hi]
         ids = slots if self.window_slots is None else self.window_slots(slots).to(torch.int64)
         if bool((ids <= 0).any()):

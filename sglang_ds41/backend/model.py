@@ -390,7 +390,11 @@ class DeepseekV41ForCausalLM(nn.Module):
         if not torch.equal(positions.cpu().to(torch.int64), expected):
             raise BackendError("forward batch: positions are not each request's next contiguous positions")
         store.write_tokens(out_cache_loc.to(torch.int64), input_ids)
-        return self.model(input_ids, positions.to(torch.int64), spans, store, input_embeds)
+        store.begin_forward(spans)
+        try:
+            return self.model(input_ids, positions.to(torch.int64), spans, store, input_embeds)
+        finally:
+            store.end_forward()
 
     @torch.no_grad()
     def next_token_logits(

@@ -152,3 +152,18 @@ def test_reading_an_evicted_window_position_is_refused_by_name(backend):
     slots.evict_window(1, len(PROMPT) - (w - 2))  # one position too many
     with pytest.raises(SlotStateError, match=rf"window KV of positions \[{len(PROMPT) - (w - 1)}\]"):
         run(backend, slots, [(1, [5])])
+
+
+def test_window_rows_are_translated_once_per_request_and_forward(backend, reference):
+    """SGLang's full -> SWA slot translation (a gather and a check, a device sync on a GPU) is
+    done once per request of a forward, not once per layer and read/write."""
+    slots = Slots(backend.v41.text, window_rows=256)
+    calls = []
+    translate = slots.store.window_slots
+    slots.store.window_slots = lambda full: calls.append(full.numel()) or translate(full)
+    [a, b] = run(backend, slots, [(1, PROMPT[:9]), (2, PROMPT[:13])])
+    assert close(a, ref_last(reference, PROMPT[:9]))
+    assert len(calls) == 2
+    [c] = run(backend, slots, [(1, PROMPT[9:])])
+    assert len(calls) == 3
+    assert close(c, ref_last(reference, PROMPT)) and close(b, ref_last(reference, PROMPT[:13]))
