@@ -96,7 +96,7 @@ class FullRowLayout:
 
     latent_bytes: int
     entry_bytes: int
-    pieces: dict[int, tuple[int, int, int]]  # KV source -> (first byte, ratio, piece bytes)
+    pieces: dict[int, tuple[int, int]]  # KV source -> (first byte, bytes per slot of its group)
     row_bytes: int
 
 
@@ -106,7 +106,7 @@ def full_row_layout(cfg: TextConfig) -> FullRowLayout:
     for s in cfg.kv_source_layer_ids:
         ratio = cfg.compress_ratios[s]
         piece = -(-entry // ratio)
-        pieces[s] = (offset, ratio, piece)
+        pieces[s] = (offset, piece)
         offset += piece
     return FullRowLayout(latent, entry, pieces, offset)
 
@@ -154,8 +154,7 @@ class SlotState:
         self.ratio = {s: cfg.compress_ratios[s] for s in cfg.kv_source_layer_ids}
         width = self.window_codec.row_bytes
         if pool is None:
-            self.full = torch.zeros(rows, self.layout.row_bytes, dtype=torch.uint8, device=device)
-            pool = PoolViews(self.full, {})
+            pool = PoolViews(torch.zeros(rows, self.layout.row_bytes, dtype=torch.uint8, device=device), {})
         self.full = pool.full
         self._check_view("the full pool's K buffer", self.full, rows, self.layout.row_bytes)
         if not self.full.is_contiguous():
@@ -170,7 +169,7 @@ class SlotState:
             self.window.append(view[:, :width])
         stride = self.full.shape[1]
         self._entry_pos = {}  # KV source -> flat offset of each entry byte from its group's row
-        for s, (offset, _, piece) in self.layout.pieces.items():
+        for s, (offset, piece) in self.layout.pieces.items():
             e = torch.arange(self.layout.entry_bytes, device=self._flat.device)
             self._entry_pos[s] = torch.div(e, piece, rounding_mode="floor") * stride + offset + e % piece
         self.pending, self.pending_pos = {}, {}
