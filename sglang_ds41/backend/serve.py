@@ -110,6 +110,30 @@ def tokenizer_dir(model_dir: Path) -> Path | None:
     return TOKENIZER_DIR
 
 
+# SGLang features this backend cannot serve V4.1 with, and why; such a flag passes only with
+# one of the harmless values listed beside it.
+_KEPT_BESIDE = "not the state V4.1 keeps beside them (layer 0's window rows, the ratio-2 pending rows)"
+UNSUPPORTED: dict[str, tuple[tuple[str | None, ...], str]] = {
+    "--kv-cache-dtype": (
+        ("auto",),
+        "V4.1 keeps its attention state in its own formats (FP8 window, FP4 latents and index "
+        "keys, packed into SGLang's pool rows); leave it at auto",
+    ),
+    "--enable-hierarchical-cache": ((), f"HiCache moves SGLang's K/V buffers to host, {_KEPT_BESIDE}"),
+    "--enable-lmcache": ((), f"LMCache moves SGLang's K/V buffers, {_KEPT_BESIDE}"),
+    "--disaggregation-mode": (("null",), f"the prefill->decode hand-over moves K/V buffers, {_KEPT_BESIDE}"),
+    "--speculative-algorithm": ((), "this backend has no draft model (DSpark) yet"),
+}
+
+
+def refuse_unsupported(user: Sequence[Sequence[str]]) -> None:
+    """Fail before launch, naming the flag, rather than serve state SGLang would lose or misread."""
+    for item in user:
+        allowed, why = UNSUPPORTED.get(item[0], (None, None))
+        if why is not None and (item[1] if len(item) > 1 else None) not in allowed:
+            raise Ds41Error(f"{' '.join(item)}: not supported for V4.1: {why}")
+
+
 def build_launch(
     model_dir: str | Path,
     sglang_args: Sequence[str] = (),
@@ -125,12 +149,7 @@ def build_launch(
     user = split_flags(sglang_args)
     if flag_value(user, "--model-path") is not None:
         raise Ds41Error("give the checkpoint as MODEL_DIR, not as --model-path")
-    kv_dtype = flag_value(user, "--kv-cache-dtype")
-    if kv_dtype not in (None, "auto"):
-        raise Ds41Error(
-            f"--kv-cache-dtype {kv_dtype}: V4.1 keeps its attention state in its own formats (FP8 "
-            "window, FP4 latents and index keys, packed into SGLang's pool rows); leave it at auto"
-        )
+    refuse_unsupported(user)
     device = flag_value(user, "--device")
     cpu = device == "cpu" or (device is None and not (has_gpu() if gpu is None else gpu))
 

@@ -27,10 +27,25 @@ def test_a_user_page_size_replaces_ours(tmp_path):
     assert serve.flag_value(serve.split_flags(launch.argv[3:]), "--page-size") == "64"
 
 
-def test_a_kv_cache_dtype_is_refused_before_launch(tmp_path):
-    with pytest.raises(Ds41Error, match=r"--kv-cache-dtype fp8_e4m3: V4.1 keeps its attention state"):
-        serve.build_launch(_checkpoint(tmp_path), ["--kv-cache-dtype", "fp8_e4m3"], gpu=False)
-    serve.build_launch(_checkpoint(tmp_path), ["--kv-cache-dtype", "auto"], gpu=False)
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (["--kv-cache-dtype", "fp8_e4m3"], "its own formats"),
+        (["--enable-hierarchical-cache"], "layer 0's window rows"),
+        (["--enable-lmcache"], "layer 0's window rows"),
+        (["--disaggregation-mode", "prefill"], "layer 0's window rows"),
+        (["--speculative-algorithm", "EAGLE"], "no draft model"),
+    ],
+)
+def test_features_that_would_lose_or_misread_the_state_are_refused_before_launch(tmp_path, flags, why):
+    with pytest.raises(Ds41Error, match=rf"^{flags[0]}.*: not supported for V4.1: .*{why}"):
+        serve.build_launch(_checkpoint(tmp_path), flags, gpu=False)
+
+
+def test_harmless_values_of_those_flags_pass(tmp_path):
+    flags = ["--kv-cache-dtype", "auto", "--disaggregation-mode", "null"]
+    argv = serve.build_launch(_checkpoint(tmp_path), flags, gpu=False).argv
+    assert argv[-4:] == flags
 
 
 def test_sglang_sees_no_quantization_config_for_our_architecture_only():
