@@ -4,6 +4,7 @@ Each table is row-sharded so exactly one rank owns each row (lookup = zero-fill 
 When the number of hash columns (24) is a multiple of the TP size, the split follows column
 boundaries (rank r owns columns `[r*k, (r+1)*k)`, k = 24 / tp), so a hash id's owner is
 known from its column alone; otherwise rank r owns rows `[rows*r // tp, rows*(r+1) // tp)`.
+That is SGLang 0.5.23's own rule (`layers/engram.py::shard_range`; tested against it).
 """
 
 from __future__ import annotations

@@ -109,6 +109,18 @@ def test_every_row_has_exactly_one_owner(official_config: V41Config, tp: int) ->
         assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
 
 
+def test_row_shards_are_sglangs_for_every_tp(official_config: V41Config) -> None:
+    """SGLang 0.5.23's own split (`layers/engram.py::shard_range`, which its FP8 Engram path
+    uses): whole hash columns when they divide over the ranks, else equal rows. A TP rank of
+    ours must own the rows SGLang's would, or a mixed deployment / its loader disagrees."""
+    sglang_engram = pytest.importorskip("sglang.srt.layers.engram")
+    for layer in EngramLayout.from_config(official_config.text).layers:
+        bounds = tuple(layer.column_starts())
+        for tp in (1, 2, 3, 4, 5, 6, 7, 8, 16, 24, 32):
+            theirs = [sglang_engram.shard_range(layer.num_rows, bounds, r, tp) for r in range(tp)]
+            assert shard_ranges(layer, tp) == theirs, (layer.layer_id, tp)
+
+
 def test_bad_tp_is_a_clear_error() -> None:
     result = engram_plan(str(OFFICIAL_CONFIG), "--tp", "0")
     assert result.returncode == 2
