@@ -82,3 +82,32 @@ def test_row_ids_of_token_sequences_are_upstreams(
             offsets,
         )
         assert torch.equal(hasher.hash_sequence(ids), theirs), length
+
+
+def test_gate_equals_upstreams_except_at_an_exactly_zero_dot(upstream):
+    """`engram_gate` (SGLang's torch path, fp32) and our `apply_engram` on the same inputs, image
+    rows included. One documented difference: MODEL.md §5.6 takes sign(dot), so a dot of exactly
+    0 (an all-zero residual copy) gates at sigmoid(0) = 0.5; SGLang's copysign gives +-1e-3 under
+    the sigmoid (0.50025). Anywhere else the two agree to float32 rounding."""
+    from sglang_ds41.engram.gate import apply_engram, gate_weight
+
+    generator = torch.Generator().manual_seed(0)
+    t, hc, d, eps, image = 64, 4, 32, 1e-20, 7
+    x = torch.randn(t, hc, d, generator=generator) * 3
+    kv = torch.randn(t, (hc + 1) * d, generator=generator)
+    q, k = torch.randn(hc, d, generator=generator), torch.randn(hc, d, generator=generator)
+    ids = torch.randint(0, 10, (t,), generator=generator)
+    ids[::9] = image
+    x[5, 2] = 0.0  # an exactly zero dot
+    theirs = upstream.engram_gate(x, kv, q, k, eps, 1e-6, ids, image)
+    ours = apply_engram(x, kv, gate_weight(q, k), eps, ids == image)
+    rows = torch.ones(t, hc, dtype=torch.bool)
+    rows[5, 2] = False
+    assert torch.allclose(ours[rows], theirs[rows], rtol=0, atol=2e-6)  # updates are O(1)
+    assert torch.equal(ours[ids == image], x[ids == image]) and torch.equal(
+        theirs[ids == image], x[ids == image]
+    )
+    value = kv[5, hc * d :]
+    assert torch.allclose(ours[5, 2], 0.5 * value) and torch.allclose(
+        theirs[5, 2], torch.sigmoid(torch.tensor(1e-3)) * value
+    )
