@@ -63,15 +63,21 @@ class HyperConnection(nn.Module):
         self.scale = nn.Parameter(torch.ones(3))
 
     def forward(self, r: torch.Tensor) -> HcCoeffs:
-        hc = self.hc
         flat = upcast(r).flatten(1)  # [T, hc*D]
         # Unweighted RMS over all hc*D values, applied after the GEMM (same as before it).
         m = (flat @ upcast(self.fn).T) * rms_scale(flat, self.norm_eps)  # [T, (2+hc)*hc]
         base, scale = upcast(self.base), upcast(self.scale)
-        pre = torch.sigmoid(m[:, :hc] * scale[0] + base[:hc]) + self.hc_eps
-        post = 2 * torch.sigmoid(m[:, hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
-        z = (m[:, 2 * hc :] * scale[2] + base[2 * hc :]).unflatten(-1, (hc, hc))  # [T, hc, hc]
-        return HcCoeffs(pre, post, sinkhorn(z, self.sinkhorn_iters, self.hc_eps))
+        return split_mixes(m, base, scale, self.hc, self.sinkhorn_iters, self.hc_eps)
+
+
+def split_mixes(
+    m: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, hc: int, iters: int, eps: float
+) -> HcCoeffs:
+    """The site's mixes `m [T, (2+hc)*hc]` (pre | post | comb logits, row-major) -> coefficients."""
+    pre = torch.sigmoid(m[:, :hc] * scale[0] + base[:hc]) + eps
+    post = 2 * torch.sigmoid(m[:, hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
+    z = (m[:, 2 * hc :] * scale[2] + base[2 * hc :]).unflatten(-1, (hc, hc))  # [T, hc, hc]
+    return HcCoeffs(pre, post, sinkhorn(z, iters, eps))
 
 
 def first_pre(r: torch.Tensor) -> torch.Tensor:
