@@ -1,8 +1,10 @@
-"""The hyper-connection coefficients against SGLang 0.5.23's own V4 kernel.
+"""Model pieces against SGLang 0.5.23's own V4/V4.1 implementations (independent oracles).
 
-SGLang computes pre / post / Sinkhorn comb from a site's mixes in one kernel
-(`sglang.kernels.ops.layernorm.mhc`); its Triton port runs on the CPU under Triton's
-interpreter, which makes it an independent oracle for `model.mhc.split_mixes` (MODEL.md §3.2).
+* Hyper-connection coefficients: SGLang computes pre / post / Sinkhorn comb from a site's mixes
+  in one kernel (`sglang.kernels.ops.layernorm.mhc`); its Triton port runs on the CPU under
+  Triton's interpreter (a subprocess), checked against `model.mhc.split_mixes` (MODEL.md §3.2).
+* The router: SGLang's torch-native biased top-k with sqrt-softplus scores
+  (`layers/moe/topk.py::fused_topk_torch_native`), checked against `model.moe.Gate` (§6.1).
 """
 
 from __future__ import annotations
@@ -67,3 +69,32 @@ def test_pre_post_and_sinkhorn_comb_equal_sglangs_kernel(upstream, case):
     assert torch.allclose(ours.post, theirs["post"], rtol=0, atol=1e-6)
     assert torch.allclose(ours.comb, theirs["comb"], rtol=0, atol=1e-6)  # comb[t, j, k], same orientation
     assert not torch.allclose(theirs["comb"], theirs["comb"].transpose(-1, -2), atol=1e-3)  # telling apart
+
+
+def test_router_picks_and_weighs_like_sglangs_torch_native_top_k():
+    topk_module = pytest.importorskip("sglang.srt.layers.moe.topk")
+    from sglang_ds41.model.moe import Gate
+
+    from ._tiny import tiny_config
+
+    cfg = tiny_config()
+    gate = Gate(cfg)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        gate.weight.normal_(generator=generator)
+        gate.bias.normal_(0, 0.5, generator=generator)
+        gate.bias_vl.normal_(0, 0.5, generator=generator)
+    x = torch.randn(40, cfg.hidden_size, generator=generator)
+    is_image = torch.arange(40) % 3 == 0
+    weights, ids = gate(x, is_image)
+    logits = x @ gate.weight.detach().T / cfg.gate_temp
+    for rows, bias in ((~is_image, gate.bias), (is_image, gate.bias_vl)):
+        theirs_w, theirs_ids = topk_module.fused_topk_torch_native(
+            x[rows], logits[rows], cfg.num_experts_per_tok, cfg.norm_topk_prob, bias.detach(), "sqrtsoftplus"
+        )
+        order, their_order = ids[rows].argsort(-1), theirs_ids.long().argsort(-1)  # top-k sets, unsorted
+        assert torch.equal(ids[rows].gather(1, order), theirs_ids.long().gather(1, their_order))
+        ours = weights[rows].gather(1, order) / cfg.routed_scaling_factor
+        assert torch.allclose(ours, theirs_w.gather(1, their_order), rtol=1e-6, atol=0)
+    _, text_only = gate(x, torch.zeros(40, dtype=torch.bool))
+    assert not torch.equal(text_only, ids)  # bias_vl changed picks: both biases were exercised
