@@ -5,6 +5,7 @@
   Triton's interpreter (a subprocess), checked against `model.mhc.split_mixes` (MODEL.md §3.2).
 * The router: SGLang's torch-native biased top-k with sqrt-softplus scores
   (`layers/moe/topk.py::fused_topk_torch_native`), checked against `model.moe.Gate` (§6.1).
+* RoPE frequencies: SGLang's V4 YaRN table (`kernels/ops/attention/dsv4/rope.py`) (§4.2).
 """
 
 from __future__ import annotations
@@ -13,11 +14,17 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from sglang_ds41.config import V41Config
 from sglang_ds41.model.mhc import split_mixes
+from sglang_ds41.model.moe import Gate
+from sglang_ds41.model.rope import RotaryEmbedding
+
+from ._tiny import tiny_config
 
 UPSTREAM = """
 import json, sys, torch
@@ -73,10 +80,6 @@ def test_pre_post_and_sinkhorn_comb_equal_sglangs_kernel(upstream, case):
 
 def test_router_picks_and_weighs_like_sglangs_torch_native_top_k():
     topk_module = pytest.importorskip("sglang.srt.layers.moe.topk")
-    from sglang_ds41.model.moe import Gate
-
-    from ._tiny import tiny_config
-
     cfg = tiny_config()
     gate = Gate(cfg)
     generator = torch.Generator().manual_seed(0)
@@ -98,3 +101,25 @@ def test_router_picks_and_weighs_like_sglangs_torch_native_top_k():
         assert torch.allclose(ours, theirs_w.gather(1, their_order), rtol=1e-6, atol=0)
     _, text_only = gate(x, torch.zeros(40, dtype=torch.bool))
     assert not torch.equal(text_only, ids)  # bias_vl changed picks: both biases were exercised
+
+
+@pytest.mark.parametrize("ratio", [0, 1, 2])
+def test_rope_frequencies_equal_sglangs_yarn_table(ratio):
+    """SGLang's V4 table (`kernels/ops/attention/dsv4/rope.py::precompute_freqs_cis`, fp32) for
+    the official dims: plain `rope_theta` for window-only layers, YaRN on `compress_rope_theta`
+    for compressed ones; ours is float64, so equal to fp32 rounding (a wrong band would not be)."""
+    rope = pytest.importorskip("sglang.kernels.ops.attention.dsv4.rope")
+    cfg = V41Config.from_file(Path(__file__).parent.parent / "fixtures" / "official_config.json").text
+    ours = RotaryEmbedding.for_layer(cfg, ratio).freqs
+    if ratio == 0:
+        args = (cfg.qk_rope_head_dim, 2, 0, cfg.rope_theta, 1.0, 0, 0)
+    else:
+        s = cfg.rope_scaling
+        args = (cfg.qk_rope_head_dim, 2, s.original_max_position_embeddings, cfg.compress_rope_theta)
+        args += (s.factor, s.beta_fast, s.beta_slow)
+    theirs = rope.precompute_freqs_cis(*args)[1].angle().double()  # position 1: the frequencies
+    assert torch.allclose(ours, theirs, rtol=2e-6, atol=0)
+    if ratio:
+        assert not torch.allclose(
+            ours, RotaryEmbedding.for_layer(cfg, 0).freqs, rtol=1e-2
+        )  # not the plain table
