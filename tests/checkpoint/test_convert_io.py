@@ -1,9 +1,12 @@
-"""The conversion's I/O pieces: the overlapped read/work/write loop and the kernel copy."""
+"""The conversion's machinery: the overlapped read/work/write loop, the kernel copy, and the
+compiled re-encoder's fallback where numba cannot keep a cache."""
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -107,3 +110,35 @@ def test_kernel_copy_lands_at_the_offsets_and_declines_what_it_cannot_copy(tmp_p
         os.close(fd)
     data = (tmp_path / "dst").read_bytes()
     assert data == b"h" * 10 + src.read_bytes()[1000:1050] + src.read_bytes()[-5:] + b"t" * 35
+
+
+COMPILED_WITHOUT_A_CACHE = """
+import importlib.util, sys
+import numba
+from sglang_ds41.checkpoint.engram_recode import compiled
+spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+decorate = compiled if sys.argv[2] == "compiled" else numba.njit(cache=True)
+print(decorate(module.add_one)(41))
+"""
+
+
+def test_the_compiled_loop_works_where_numba_cannot_write_a_cache(tmp_path: Path):
+    """A read-only install with no writable home: numba refuses `cache=True` at decoration;
+    `compiled` then compiles without one. (Both of numba's cache places are made unusable: a
+    file where the source's __pycache__ would go, NUMBA_CACHE_DIR and the home below a file.)"""
+    (tmp_path / "kernel.py").write_text("def add_one(x):\n    return x + 1\n")
+    (tmp_path / "__pycache__").write_text("not a directory")
+    below_a_file = str(tmp_path / "__pycache__" / "x")
+    env = {**os.environ, **dict.fromkeys(("NUMBA_CACHE_DIR", "HOME", "XDG_CACHE_HOME"), below_a_file)}
+
+    def run(mode: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-c", COMPILED_WITHOUT_A_CACHE, str(tmp_path / "kernel.py"), mode]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    plain = run("plain")  # what `compiled` guards against
+    assert plain.returncode != 0 and "no locator available" in plain.stderr, plain.stderr[-2000:]
+    done = run("compiled")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "42"
