@@ -514,7 +514,7 @@ def _overlapped(
     """read -> work -> write every chunk, in order, with the disk and the CPU busy at once.
 
     The read of chunk i+1 and the write of chunk i-1 run on two I/O threads while this thread
-    works on chunk i (pread/pwrite, hashing and the compiled re-encoder all release the GIL).
+    works on chunk i (pread/pwrite and the compiled re-encoder release the GIL).
     At most three chunks are alive, so memory stays bounded. `done` runs here, in order, once a
     chunk's write returned; the first error is raised after in-flight I/O has settled, so the
     caller never closes or removes a file under a running write."""
@@ -546,7 +546,7 @@ def _write_shard(
     progress: _Progress,
     after: int,
     workers: int,
-) -> str:
+) -> None:
     """Write one output shard: its header, copies of the untouched tensors, the re-encoded rows."""
     where = {j.name: off for j, off in zip(shard.jobs, shard.offsets, strict=True)}
     with PartialFile(plan.dst / shard.file, shard.size, pwrite, needed_after=after) as out:
