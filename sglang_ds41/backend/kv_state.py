@@ -125,6 +125,15 @@ class PoolViews:
     full: torch.Tensor
     window: dict[int, torch.Tensor]
 
+    @classmethod
+    def of_k_buffers(cls, full: torch.Tensor, window: dict[int, torch.Tensor]) -> PoolViews:
+        """From SGLang's K buffers [slots, heads, head_dim], of any dtype: their bytes per slot."""
+
+        def rows(buffer: torch.Tensor) -> torch.Tensor:
+            return buffer.view(torch.uint8).reshape(buffer.shape[0], -1)
+
+        return cls(rows(full), {layer: rows(buffer) for layer, buffer in window.items()})
+
 
 class SlotState:
     """The model-owned slot-indexed buffers of one model replica (see the module docstring)."""
@@ -296,8 +305,3 @@ class SlotState:
         if after.compressed.pending is not None:
             self.pending[layer][span.row] = after.compressed.pending.to(self.pending[layer].dtype)
             self.pending_pos[layer][span.row] = span.end - 1
-
-    def nbytes(self) -> int:
-        tensors = [self.full, *self.window]
-        tensors += list(self.pending.values())
-        return sum(t.numel() * t.element_size() for t in tensors)

@@ -64,11 +64,6 @@ DTYPE_ENV = "SGLANG_DS41_DTYPE"
 # SGLang's hybrid pool needs one "full" layer for its full slot space; `launch_hooks` names
 # layer 0, and its K rows hold each slot's full-side row (token id, compressed-entry pieces).
 WINDOW_POOL_FULL_LAYER = 0
-
-
-def _as_rows(buffer: torch.Tensor) -> torch.Tensor:
-    """An SGLang K buffer [slots, heads, head_dim] (any dtype) as its bytes per slot."""
-    return buffer.view(torch.uint8).reshape(buffer.shape[0], -1)
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -295,7 +290,7 @@ class DeepseekV41ForCausalLM(nn.Module):
 
         pool = get_token_to_kv_pool()
         req_rows = get_req_to_token_pool().req_to_token.shape[0]
-        full = _as_rows(pool.get_key_buffer(WINDOW_POOL_FULL_LAYER))
+        full = pool.get_key_buffer(WINDOW_POOL_FULL_LAYER)
         rows = full.shape[0]
         # Under SGLang's hybrid sliding-window pool (the default, see `launch_hooks`) the window
         # KV lives in the SWA slots it keeps for the last window of each request and cached
@@ -305,7 +300,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         window_rows = rows
         if translate is not None:
             layers = range(WINDOW_POOL_FULL_LAYER + 1, self.v41.text.num_hidden_layers)
-            views = PoolViews(full, {layer: _as_rows(pool.get_key_buffer(layer)) for layer in layers})
+            views = PoolViews.of_k_buffers(full, {layer: pool.get_key_buffer(layer) for layer in layers})
             window_rows = views.window[WINDOW_POOL_FULL_LAYER + 1].shape[0]
         if self.store is None or not self.store.fits(rows, req_rows, window_rows):
             self.store = SlotState(

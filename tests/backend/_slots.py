@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ds41.backend.kv_state import PoolViews, SlotState, Span, pool_row_bytes
+from sglang_ds41.backend.kv_state import PoolViews, SlotState, Span
+from sglang_ds41.backend.launch_hooks import slot_row_geometry
 
 
 class Slots:
@@ -87,13 +88,11 @@ def run(backend, slots: Slots, parts: list[tuple[int, list[int]]]) -> torch.Tens
 
 
 def sglang_shaped_pool(cfg, rows: int, window_rows: int, dtype: torch.dtype) -> PoolViews:
-    """K buffers as SGLang's hybrid pool allocates them for V41, seen as bytes like the model does."""
-    full_bytes, window_bytes = pool_row_bytes(cfg)
-    size = torch.empty((), dtype=dtype).element_size()
-
-    def k_buffer(n: int, nbytes: int) -> torch.Tensor:
-        buffer = torch.zeros(n, 1, -(-nbytes // size), dtype=dtype)
-        return buffer.view(torch.uint8).reshape(n, -1)
-
-    windows = {layer: k_buffer(window_rows, window_bytes) for layer in range(1, cfg.num_hidden_layers)}
-    return PoolViews(k_buffer(rows, full_bytes), windows)
+    """K buffers as SGLang's hybrid pool allocates them for V41 (`launch_hooks`' geometry), seen
+    as the model sees them."""
+    full_dim, window_dim = slot_row_geometry(cfg, torch.empty((), dtype=dtype).element_size())
+    windows = {
+        layer: torch.zeros(window_rows, 1, window_dim, dtype=dtype)
+        for layer in range(1, cfg.num_hidden_layers)
+    }
+    return PoolViews.of_k_buffers(torch.zeros(rows, 1, full_dim, dtype=dtype), windows)
