@@ -2,15 +2,23 @@
 
 The official renderer compiles each schema (meta-schema validation, `$ref` resolution, no
 network) and, for tool parameters, also requires `"type": "object"`. We reproduce the
-decisions with the `jsonschema` package and a local `$ref` walk; messages are our own.
+decisions with the `jsonschema` package and `schema_refs` (which references the official renderer
+follows, and whether they resolve); messages are our own.
 """
 
 from __future__ import annotations
 
+import re
+from functools import cache
 from typing import Any
-from urllib.parse import unquote
+
+import regex
 
 from .json_text import dumps_compact
+from .schema_refs import reference_problem
+
+_ESCAPE = re.compile(r"\\(c[A-Za-z]|.)", re.DOTALL)  # escapes left to right, so `\\c` stays literal
+_PROPERTY_ESCAPE = re.compile(r"\\[pP]\{")
 
 # $schema values the official renderer knows (others: "Unknown meta-schema").
 KNOWN_METASCHEMAS = {
@@ -19,12 +27,6 @@ KNOWN_METASCHEMAS = {
     for draft in ("draft-04", "draft-06", "draft-07", "draft/2019-09", "draft/2020-12")
     for hash_ in ("", "#")
 }
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMA_VALUES = (
-    "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-    "unevaluatedItems", "unevaluatedProperties", "additionalItems", "items",
-)  # fmt: skip
 
 
 def schema_problem(schema: Any, *, require_object: bool) -> str | None:
@@ -67,51 +69,49 @@ def _schema_problem(schema: Any, require_object: bool) -> str | None:
 
     cls = validators.validator_for(schema, default=Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema, format_checker=_meta_formats())
     except SchemaError as error:
         return error.message
-    return _ref_problem(schema, schema)
+    return reference_problem(schema)
 
 
-def _ref_problem(node: Any, root: dict[str, Any]) -> str | None:
-    if not isinstance(node, dict):
-        return None
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        if not ref.startswith("#"):
-            return f"Resource {ref!r} is not present in a registry and retrieving it failed"
-        if not _pointer_exists(root, ref[1:]):
-            return f"Pointer {ref[1:]!r} does not exist"
-    children: list[Any] = []
-    for key in _SCHEMA_MAPS:
-        if isinstance(node.get(key), dict):
-            children.extend(node[key].values())
-    for key in _SCHEMA_LISTS:
-        if isinstance(node.get(key), list):
-            children.extend(node[key])
-    for key in _SCHEMA_VALUES:
-        value = node.get(key)
-        children.extend(value if key == "items" and isinstance(value, list) else [value])
-    for child in children:
-        problem = _ref_problem(child, root)
-        if problem is not None:
-            return problem
-    return None
+def _ecma_regex(pattern: object) -> bool:
+    """A `pattern` (or `patternProperties` key) the official renderer compiles.
 
-
-def _pointer_exists(root: Any, pointer: str) -> bool:
-    pointer = unquote(pointer)
-    if not pointer:
+    It reads ECMA-262 syntax, which Python's `re` lacks in two places the JSON-Schema-Test-Suite
+    uses: control escapes (`\\cC`, rewritten to the character they stand for) and Unicode
+    properties (`\\p{Letter}`, read with the `regex` package, which knows the same names). Only
+    the verdict matters: the renderer never matches an instance against these patterns.
+    """
+    if not isinstance(pattern, str):
         return True
-    if not pointer.startswith("/"):
-        return False
-    node = root
-    for token in pointer[1:].split("/"):
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
+    text = _ESCAPE.sub(_plain_control, pattern)
+    try:
+        if _PROPERTY_ESCAPE.search(text):
+            regex.compile(text)
         else:
-            return False
+            re.compile(text)
+    except (re.error, regex.error):
+        return False
     return True
+
+
+def _plain_control(match: re.Match[str]) -> str:
+    escape = match.group(1)
+    if len(escape) == 2 and escape[0] == "c":
+        return f"\\x{ord(escape[1].upper()) - 64:02x}"
+    return match.group(0)
+
+
+@cache
+def _meta_formats() -> Any:
+    """The formats checked while validating a schema against its meta-schema: only `regex`.
+
+    Explicit, so that installing jsonschema's format extras (the agent runner asserts instance
+    formats with them) cannot change which schemas the renderer accepts.
+    """
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker(formats=())
+    checker.checks("regex")(_ecma_regex)
+    return checker
