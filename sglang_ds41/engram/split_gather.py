@@ -1,0 +1,124 @@
+"""Gather + dequant of MXFP4 Engram rows stored as two arrays, the layout upstream SGLang uses.
+
+Upstream SGLang 0.5.23 keeps an Engram table as a value array and a scale array
+(`EngramEmbedding.weight` / `.scale`), addressed by raw pointers so one kernel reads a device
+table, a pinned host table or a scheduler-staged copy. The plugin (`sglang_ds41/plugin/`) keeps
+that layout for MXFP4 so that everything upstream does with the two arrays (host tables,
+scheduler staging, which copies raw bytes) works unchanged; only the decode differs:
+
+    weight : uint8 [rows, dim / 2]   E2M1 codes, low nibble = even column
+    scale  : E8M0  [rows, dim / 32]  one power of two per 32 values
+
+`mxfp4_gather` has upstream's `engram_gather` signature (pointers, ids, out, `row_lo`/`row_hi`,
+`sort_ids`). It builds each bf16 result from the code and scale bits with integer arithmetic
+only: an E2M1 value times 2**(s - 127) is always exactly a bf16 (normal, subnormal for scale
+bytes 0 and 1, or +-inf on overflow), so no float rounding is involved and the kernel is bit
+for bit `formats.mxfp4.dequantize_mxfp4(...).to(bfloat16)`, in Triton's CPU interpreter as on a
+GPU. Scale byte 255 (NaN) gives the quiet NaN 0x7FC0 for the whole block, as the torch decode.
+Ids outside `[row_lo, row_hi)` give zero rows (the zero-fill that the TP all-reduce sums).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - CPU-only installs without triton
+    triton = None
+
+MX_BLOCK = 32  # values per E8M0 scale
+
+
+def mxfp4_rows(
+    weight: torch.Tensor, scale: torch.Tensor, local: torch.Tensor, owned: torch.Tensor
+) -> torch.Tensor:
+    """The torch path: bf16 `[*local.shape, dim]` rows `local` of a split table, zero where not `owned`."""
+    local = local.masked_fill(~owned, 0)
+    values = dequantize_mxfp4(weight[local], scale[local], dtype=torch.bfloat16)
+    return values.masked_fill(~owned.unsqueeze(-1), 0)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _e2m1_times_e8m0_bf16_bits(code, exp):
+        """bf16 bit pattern (int32, 0..0xFFFF) of e2m1(code) * 2**(exp - 127), exactly."""
+        m = code & 7
+        # magnitudes 0.5, 1, 1.5, 2, 3, 4, 6 = (1 + frac / 2) * 2**k
+        k = tl.where(m >= 2, (m >> 1) - 1, -1)
+        frac = tl.where(m >= 2, m & 1, 0)
+        biased = k + exp  # the result's bf16 exponent field, if normal
+        normal = (biased << 7) | (frac << 6)
+        # biased 0 / -1 (scale bytes 0 and 1 with small codes): subnormal, mantissa * 2**-133
+        subnormal = (64 + 32 * frac) >> tl.where(biased < 0, -biased, 0)
+        mag = tl.where(biased >= 255, 0x7F80, tl.where(biased >= 1, normal, subnormal))
+        mag = tl.where(m == 0, 0, mag)
+        bits = ((code & 8) << 12) | mag
+        return tl.where(exp == 255, 0x7FC0, bits)
+
+    @triton.jit
+    def _mxfp4_gather_kernel(
+        w_ptr, s_ptr, ids_ptr, dst_ptr, out_ptr, row_lo, row_hi,
+        DIM: tl.constexpr, HAS_DST: tl.constexpr,
+    ):  # fmt: skip
+        row = tl.program_id(0).to(tl.int64)
+        idx = tl.load(ids_ptr + row).to(tl.int64)
+        dst = tl.load(dst_ptr + row).to(tl.int64) if HAS_DST else row
+        owned = (idx >= row_lo) & (idx < row_hi)
+        local = tl.where(owned, idx - row_lo, 0)
+        w = w_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
+        s = s_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
+        offs = tl.arange(0, DIM // 2)  # one byte = columns 2i (low nibble) and 2i + 1
+        b = tl.load(w + local * (DIM // 2) + offs, mask=owned, other=0).to(tl.int32)
+        e = tl.load(s + local * (DIM // 32) + offs // 16, mask=owned, other=0).to(tl.int32)
+        lo = _e2m1_times_e8m0_bf16_bits(b & 15, e)
+        hi = _e2m1_times_e8m0_bf16_bits(b >> 4, e)
+        bits = tl.where(owned, tl.interleave(lo, hi), 0)
+        bits = bits - ((bits >> 15) << 16)  # 0..0xFFFF -> the int16 with those bits
+        tl.store(out_ptr + dst * DIM + tl.arange(0, DIM), bits.to(tl.int16))  # out viewed as int16
+
+
+def mxfp4_gather(
+    weight_ptr: int,
+    scale_ptr: int,
+    ids: torch.Tensor,
+    out: torch.Tensor,
+    dim: int,
+    row_lo: int = 0,
+    row_hi: int = 2**62,
+    sort_ids: bool = False,
+) -> torch.Tensor:
+    """Gather global rows `ids` ([N] int) into `out` ([N, dim] bf16, contiguous, on the ids' device).
+
+    `weight_ptr` addresses [rows, dim / 2] E2M1 bytes and `scale_ptr` [rows, dim / 32] E8M0
+    bytes of global rows [row_lo, row_hi), in device or pinned/registered host memory.
+    `sort_ids` reads rows in address order and writes each to its place (upstream's remedy for
+    random reads of a host table larger than the GPU's translation reach).
+    """
+    if triton is None:
+        raise RuntimeError("mxfp4_gather needs triton; use mxfp4_rows on the CPU")
+    if dim <= 0 or dim & (dim - 1) or dim % MX_BLOCK:
+        raise ValueError(f"mxfp4_gather: dim must be a power of two and a multiple of {MX_BLOCK}, got {dim}")
+    if ids.dtype not in (torch.int32, torch.int64) or not ids.is_contiguous() or ids.dim() != 1:
+        raise ValueError(
+            f"mxfp4_gather: ids must be contiguous 1-d int32/int64, got {ids.dtype} {list(ids.shape)}"
+        )
+    if out.dtype != torch.bfloat16 or not out.is_contiguous() or tuple(out.shape) != (ids.numel(), dim):
+        raise ValueError(
+            f"mxfp4_gather: out must be contiguous bf16 [{ids.numel()}, {dim}], "
+            f"got {out.dtype} {list(out.shape)}"
+        )
+    n = ids.numel()
+    if n:
+        dst = None
+        if sort_ids:
+            ids, dst = torch.sort(ids)
+        _mxfp4_gather_kernel[(n,)](
+            weight_ptr, scale_ptr, ids, dst if dst is not None else ids, out.view(torch.int16),
+            row_lo, row_hi, DIM=dim, HAS_DST=dst is not None,
+        )  # fmt: skip
+    return out

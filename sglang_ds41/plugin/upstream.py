@@ -1,0 +1,113 @@
+"""The part of upstream SGLang the plugin is written against, checked before anything is hooked.
+
+The plugin subclasses `sglang.srt.layers.engram.EngramEmbedding` and re-implements a few of
+its methods for 4-bit tables; it also calls upstream's private helpers (`_HostTable`,
+`_sorted_host_reads`, `_cuda_kernels`). A different SGLang could rename them, change what they
+take, or change what the overridden methods do (a new storage mode our override would not
+know). So at import the plugin checks three things against SGLang 0.5.23 and refuses to hook
+anything if one differs, naming each difference:
+
+* the installed version;
+* the signature of every symbol it overrides or calls;
+* a digest of the source of each method it overrides or whose body it re-implements
+  (catches a patched install that kept the version string).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import pkgutil
+from collections.abc import Mapping
+
+from sglang_ds41.errors import Ds41Error
+
+SGLANG_VERSION = "0.5.23"
+ENGRAM = "sglang.srt.layers.engram"
+EMBEDDING = f"{ENGRAM}.EngramEmbedding"
+
+# symbol -> str(inspect.signature(symbol)) in SGLang 0.5.23
+SIGNATURES: Mapping[str, str] = {
+    f"{EMBEDDING}.__init__": "(self, num_embeddings: 'int', dim: 'int', layer_id: 'int', "
+    "column_bounds: 'tuple[int, ...]')",
+    f"{EMBEDDING}._init_host_table": "(self, num_embeddings: 'int', dim: 'int', layer_id: 'int')",
+    f"{EMBEDDING}._load_rows": "(self, param: 'nn.Parameter', loaded_weight: 'torch.Tensor')",
+    f"{EMBEDDING}.finish_load": "(self, label: 'str')",
+    f"{EMBEDDING}.forward": "(self, indices: 'torch.Tensor', forward_batch: 'Optional[ForwardBatch]' = None, "
+    "*, cp_all_tokens: 'bool' = False) -> 'torch.Tensor'",
+    f"{EMBEDDING}.dequant_staged": "(self, rows: 'torch.Tensor', scales: 'torch.Tensor', "
+    "copied: 'torch.cuda.Event', hash_shape: 'torch.Size') -> 'torch.Tensor'",
+    f"{EMBEDDING}._owned_rows": "(self, indices: 'torch.Tensor') -> 'torch.Tensor'",
+    f"{EMBEDDING}._table_ptrs": "(self) -> 'tuple[int, int]'",
+    f"{EMBEDDING}.new_rows": "(self, indices: 'torch.Tensor') -> 'torch.Tensor'",
+    f"{ENGRAM}.Engram.__init__": "(self, config, layer_id: 'int', layout: 'EngramLayout', "
+    "quant_config: 'Optional[QuantizationConfig]' = None, prefix: 'str' = '', *, "
+    "image_token_id: 'Optional[int]' = None)",
+    f"{ENGRAM}.shard_range": "(num_embeddings: 'int', column_bounds: 'tuple[int, ...]', tp_rank: 'int', "
+    "tp_size: 'int') -> 'tuple[int, int]'",
+    f"{ENGRAM}._HostTable.__init__": "(self, layout: 'str', nbytes: 'int', name: 'str', group)",
+    f"{ENGRAM}._sorted_host_reads": "(device: 'int') -> 'bool'",
+    f"{ENGRAM}._cuda_kernels": "(t: 'torch.Tensor') -> 'bool'",
+}
+
+# method -> first 16 hex digits of sha256(inspect.getsource(method)) in SGLang 0.5.23
+SOURCE_DIGESTS: Mapping[str, str] = {
+    f"{EMBEDDING}.__init__": "2f6cde7545a375b7",
+    f"{EMBEDDING}._init_host_table": "31ebcec93396cad5",
+    f"{EMBEDDING}._load_rows": "ce49055e0d21304d",
+    f"{EMBEDDING}.forward": "68f791628981ea39",
+    f"{EMBEDDING}.dequant_staged": "539c744c8b29bfdd",
+    f"{EMBEDDING}._owned_rows": "47211cf1e657646c",
+}
+
+
+class UpstreamMismatch(Ds41Error):
+    """The installed SGLang is not the one the plugin was written against."""
+
+
+def source_digest(obj: object) -> str:
+    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+
+
+def differences(
+    version: str,
+    resolve=pkgutil.resolve_name,
+    signatures: Mapping[str, str] = SIGNATURES,
+    digests: Mapping[str, str] = SOURCE_DIGESTS,
+) -> list[str]:
+    """Every way the installed SGLang differs from what the plugin expects (empty: none)."""
+    found = []
+    if version != SGLANG_VERSION:
+        found.append(f"sglang {version} is installed, the plugin is written against sglang=={SGLANG_VERSION}")
+    for name, expected in signatures.items():
+        try:
+            obj = resolve(name)
+        except (ImportError, AttributeError) as error:
+            found.append(f"{name}: missing ({error})")
+            continue
+        got = str(inspect.signature(obj))
+        if got != expected:
+            found.append(f"{name}: signature {got}, expected {expected}")
+    for name, expected in digests.items():
+        try:
+            got = source_digest(resolve(name))
+        except (ImportError, AttributeError, OSError, TypeError) as error:
+            found.append(f"{name}: source unavailable ({error})")
+            continue
+        if got != expected:
+            found.append(f"{name}: source changed (digest {got}, expected {expected})")
+    return found
+
+
+def check() -> None:
+    """Raise `UpstreamMismatch` listing every difference, before the plugin hooks anything."""
+    import sglang
+
+    found = differences(getattr(sglang, "__version__", "unknown"))
+    if found:
+        raise UpstreamMismatch(
+            "sglang-ds41's SGLang plugin (MXFP4/NVFP4 Engram tables) cannot hook this SGLang:\n  "
+            + "\n  ".join(found)
+            + f"\nInstall sglang=={SGLANG_VERSION} (pip install 'sglang-ds41[gpu]'), or disable the plugin "
+            "with SGLANG_PLUGINS set to the plugins you want (it then serves FP8 Engram tables only)."
+        )
