@@ -9,7 +9,6 @@ errors; after that the run fails with `OutputValidationError`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ import pydantic
 
 from .errors import AgentConfigError
 from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
+from .validation import NotJSON, SchemaValidator, loads_strict
 
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.DOTALL)
 
@@ -44,15 +44,16 @@ class OutputSpec:
             where = f"output type {output_type.__name__}"
             loose = clean_model_schema(output_type.model_json_schema(), where)
             return cls(name or output_type.__name__, make_strict(loose), output_type, loose_schema=loose)
-        if isinstance(output_type, dict):
-            try:
-                jsonschema.Draft202012Validator.check_schema(output_type)
-            except jsonschema.SchemaError as error:
-                raise AgentConfigError(f"output schema is not a valid JSON Schema: {error.message}") from None
-            return cls(name or "output", output_type, None, strict=False)
+        if isinstance(output_type, dict | bool):
+            return cls(name or "output", output_type, None, strict=False)  # type: ignore[arg-type]
         raise AgentConfigError(
             f"output_type must be a pydantic model class or a JSON Schema dict, got {output_type!r}"
         )
+
+    def __post_init__(self) -> None:
+        # Validated against its own schema (the model's, for a pydantic type), as declared.
+        own = self.loose_schema if self.loose_schema is not None else self.schema
+        object.__setattr__(self, "_validator", SchemaValidator.compile(own, f"output schema {self.name!r}"))
 
     def response_format(self) -> dict[str, Any]:
         return {
@@ -67,18 +68,17 @@ class OutputSpec:
         if fenced:
             text = fenced.group(1).strip()
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError as error:
-            return None, f"the reply is not valid JSON ({error.msg} at position {error.pos})"
-        problems = list(jsonschema.Draft202012Validator(self.schema).iter_errors(value))
+            value = loads_strict(text)
+        except NotJSON as error:
+            return None, f"the reply is not valid JSON ({error})"
+        if self.loose_schema is not None:
+            value = drop_defaulted_nulls(value, self.loose_schema)
+        problems = self._validator.problems(value)  # type: ignore[attr-defined]
         if problems:
-            problems.sort(key=lambda e: list(map(str, e.absolute_path)))
             lines = [f"{_path(e)}: {e.message}" for e in problems[:5]]
             return None, "the reply does not match the schema: " + "; ".join(lines)
         if self.model is not None:
             try:
-                if self.loose_schema is not None:
-                    value = drop_defaulted_nulls(value, self.loose_schema)
                 return self.model.model_validate(value), None
             except pydantic.ValidationError as error:
                 lines = [

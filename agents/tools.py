@@ -1,11 +1,13 @@
 """Tools: plain Python functions exposed to the model with a schema derived from their signature.
 
 `function_tool` reads type hints (through pydantic) and the docstring (summary + Google-style
-`Args:` or `:param x:` lines) to build a strict-mode compatible JSON Schema. Calling a tool is
-split in two so the runner can log between them: `Tool.prepare(arguments_text)` parses and
-validates the model's JSON (with `jsonschema`, against exactly the schema the model was shown),
-and `Tool.invoke(kwargs, ctx)` runs the function. Every problem becomes a short message for the
-model instead of an exception.
+`Args:` or `:param x:` lines) to build a JSON Schema; the model is shown its strict-mode normal
+form (every property required, optional ones nullable), which is what the server's grammar
+constrains. Calling a tool is split in two so the runner can log between them:
+`Tool.prepare(arguments_text)` parses the model's JSON (NaN/Infinity refused) and validates it
+against the tool's *own* schema, as its `$schema` declares (validation.py), so a call that omits an
+optional argument is as correct as one that sends null for it; `Tool.invoke(kwargs, ctx)` runs the
+function. Every problem becomes a short message for the model instead of an exception.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pydantic
 
 from .errors import AgentConfigError
 from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
+from .validation import NotJSON, SchemaValidator, loads_strict
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")  # what the DeepSeek renderer accepts (§2.1)
 Isolation = Literal["process", "thread"]
@@ -83,14 +86,21 @@ class Tool:
             raise AgentConfigError(
                 f"tool name {self.name!r} must match ^[a-zA-Z0-9_-]+$ and be 1-128 characters long"
             )
-        if self.parameters.get("type") != "object":
-            raise AgentConfigError(f"tool {self.name!r}: parameters must be an object schema")
-        try:
-            jsonschema.Draft202012Validator.check_schema(self.parameters)
-        except jsonschema.SchemaError as error:
+        if not isinstance(self.parameters, dict) or self.parameters.get("type") != "object":
             raise AgentConfigError(
-                f"tool {self.name!r}: invalid parameters schema: {error.message}"
-            ) from None
+                f"tool {self.name!r}: parameters must be an object schema "
+                f'({{"type": "object", ...}}), got {_shown(self.parameters)}'
+            )
+        where = f"tool {self.name!r} parameters"
+        SchemaValidator.compile(self.parameters, where)  # what the model is shown must be sound too
+        own = self.loose_parameters or self.parameters
+        object.__setattr__(self, "_validator", SchemaValidator.compile(own, where))
+
+    @property
+    def own_schema(self) -> dict[str, Any]:
+        """The schema arguments are validated against: the function's own, before strict
+        normalisation (which only shapes what the server's grammar constrains)."""
+        return self.loose_parameters or self.parameters
 
     def to_openai(self) -> dict[str, Any]:
         # No `"strict": true` flag: the schema is already in strict normal form, and the flag would
@@ -101,25 +111,22 @@ class Tool:
     def prepare(self, call_id: str, arguments_text: str) -> PreparedCall | str:
         """Parse and validate the model's arguments; a `str` is the error to send back instead."""
         try:
-            arguments = json.loads(arguments_text) if arguments_text.strip() else {}
-        except json.JSONDecodeError as error:
-            where = f"{error.msg} at position {error.pos}"
-            return f"Error: the arguments for {self.name} are not valid JSON ({where})."
+            arguments = loads_strict(arguments_text) if arguments_text.strip() else {}
+        except NotJSON as error:
+            return f"Error: the arguments for {self.name} are not valid JSON ({error})."
         if not isinstance(arguments, dict):
             return (
                 f"Error: the arguments for {self.name} must be a JSON object, got {type(arguments).__name__}."
             )
-        problems = sorted(
-            jsonschema.Draft202012Validator(self.parameters).iter_errors(arguments),
-            key=lambda e: list(e.absolute_path),
+        # A null for an optional argument is how the strict schema says "the default".
+        kwargs = (
+            drop_defaulted_nulls(arguments, self.loose_parameters) if self.loose_parameters else arguments
         )
+        problems = self._validator.problems(kwargs)  # type: ignore[attr-defined]
         if problems:
             lines = [f"- {_where(e)}: {e.message}" for e in problems[:5]]
             more = f"\n(and {len(problems) - 5} more)" if len(problems) > 5 else ""
             return f"Error: invalid arguments for {self.name}:\n" + "\n".join(lines) + more
-        kwargs = (
-            drop_defaulted_nulls(arguments, self.loose_parameters) if self.loose_parameters else arguments
-        )
         if self.model is not None:
             try:
                 validated = self.model.model_validate(kwargs)
@@ -136,6 +143,11 @@ class Tool:
         if self.context_param is not None:
             kwargs = {**kwargs, self.context_param: ctx}
         return self.fn(**kwargs)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=repr) if isinstance(value, dict) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _where(error: jsonschema.ValidationError) -> str:
