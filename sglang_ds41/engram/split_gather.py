@@ -14,7 +14,8 @@ scheduler staging, which copies raw bytes) works unchanged; only the decode diff
 only: an E2M1 value times 2**(s - 127) is always exactly a bf16 (normal, subnormal for scale
 bytes 0 and 1, or +-inf on overflow), so no float rounding is involved and the kernel is bit
 for bit `formats.mxfp4.dequantize_mxfp4(...).to(bfloat16)`, in Triton's CPU interpreter as on a
-GPU. Scale byte 255 (NaN) gives the quiet NaN 0x7FC0 for the whole block, as the torch decode.
+GPU. Scale byte 255 (NaN) makes the whole block NaN with the bits 0xFFFF, the pattern torch's
+float32 -> bf16 conversion gives every NaN on the CPU, so the two paths agree bit for bit.
 Ids outside `[row_lo, row_hi)` give zero rows (the zero-fill that the TP all-reduce sums).
 """
 
@@ -58,7 +59,7 @@ if triton is not None:
         mag = tl.where(biased >= 255, 0x7F80, tl.where(biased >= 1, normal, subnormal))
         mag = tl.where(m == 0, 0, mag)
         bits = ((code & 8) << 12) | mag
-        return tl.where(exp == 255, 0x7FC0, bits)
+        return tl.where(exp == 255, 0xFFFF, bits)
 
     @triton.jit
     def _mxfp4_gather_kernel(
