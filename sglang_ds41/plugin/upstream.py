@@ -65,13 +65,28 @@ class UpstreamMismatch(Ds41Error):
     """The installed SGLang is not the one the plugin was written against."""
 
 
+def resolve_upstream(name: str) -> object:
+    """`name` in upstream's own code, also after the plugin replaced `EngramEmbedding` (then the
+    upstream class is the replacement's base)."""
+    cls_path = EMBEDDING
+    if name != cls_path and not name.startswith(cls_path + "."):
+        return pkgutil.resolve_name(name)
+    cls = pkgutil.resolve_name(cls_path)
+    original = next(
+        (c for c in cls.__mro__ if c.__module__ == ENGRAM and c.__name__ == "EngramEmbedding"), cls
+    )
+    for attr in name[len(cls_path) :].split(".")[1:]:
+        original = getattr(original, attr)
+    return original
+
+
 def source_digest(obj: object) -> str:
     return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
 
 
 def differences(
     version: str,
-    resolve=pkgutil.resolve_name,
+    resolve=resolve_upstream,
     signatures: Mapping[str, str] = SIGNATURES,
     digests: Mapping[str, str] = SOURCE_DIGESTS,
 ) -> list[str]:

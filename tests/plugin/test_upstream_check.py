@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pkgutil
 import subprocess
 import sys
 import textwrap
@@ -28,13 +27,13 @@ def test_a_changed_signature_and_a_changed_body_are_both_named():
     import sglang
 
     target = f"{upstream.EMBEDDING}._owned_rows"
-    original = pkgutil.resolve_name(target)
+    original = upstream.resolve_upstream(target)
 
     def _owned_rows(self, indices, extra):  # same name, one more parameter
         return original(self, indices)
 
     def resolve(name):
-        return _owned_rows if name == target else pkgutil.resolve_name(name)
+        return _owned_rows if name == target else upstream.resolve_upstream(name)
 
     found = upstream.differences(sglang.__version__, resolve=resolve)
     assert len(found) == 2
@@ -48,7 +47,7 @@ def test_a_missing_symbol_is_named():
     def resolve(name):
         if name.endswith("._sorted_host_reads"):
             raise AttributeError("module has no attribute '_sorted_host_reads'")
-        return pkgutil.resolve_name(name)
+        return upstream.resolve_upstream(name)
 
     found = upstream.differences(sglang.__version__, resolve=resolve)
     assert found == [
