@@ -6,7 +6,8 @@ The public API fits on one screen:
 * `function_tool` turns a typed, documented function into a `Tool`;
   `workspace_tools(root)` gives file tools confined to a directory.
 * `Runner.run / run_sync / run_streamed / resume / resume_sync` -> `RunResult`.
-* Policies: `Policies(limits=Limits(...), approval=..., retry=RetryPolicy(...), executor=...)`.
+* Policies: `Policies(limits=Limits(...), approval=..., retry=RetryPolicy(...), executor=...,
+  untrusted=UntrustedContent())`; tools declare `effect=` / `trusted_output=` (trust.py).
 
 Example::
 
@@ -44,6 +45,7 @@ from .policies import (
 from .result import RunResult, Usage
 from .runner import Runner, RunStream
 from .tools import Tool, ToolContext, function_tool
+from .trust import Effect, UntrustedContent
 from .workspace_tools import workspace_tools
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "ApproveCalls",
     "ApproveWith",
     "DenyAll",
+    "Effect",
     "Event",
     "LimitExceeded",
     "Limits",
@@ -70,6 +73,7 @@ __all__ = [
     "ThreadExecutor",
     "Tool",
     "ToolContext",
+    "UntrustedContent",
     "Usage",
     "function_tool",
     "workspace_tools",

@@ -60,6 +60,7 @@ class Agent:
     max_output_repairs: int = 2
 
     def __post_init__(self) -> None:
+        _check_types(self)
         names = [tool.name for tool in self.tools]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -106,6 +107,37 @@ class Agent:
             "tools": sorted(t.name for t in self.tools),
             "schemas": digest,
         }
+
+
+def _check_types(agent: Agent) -> None:
+    """Wrong types at the public API are named here, not found later as a deep traceback."""
+    if not isinstance(agent.name, str) or not agent.name:
+        raise AgentConfigError(f"Agent name must be a non-empty str, got {agent.name!r}")
+    where = f"agent {agent.name!r}"
+    for field_name in ("instructions",):
+        value = getattr(agent, field_name)
+        if value is not None and not isinstance(value, str):
+            raise AgentConfigError(f"{where}: {field_name} must be a str or None, got {type(value).__name__}")
+    if not isinstance(agent.model, str):
+        raise AgentConfigError(f"{where}: model must be a str, got {type(agent.model).__name__}")
+    if isinstance(agent.tools, str | bytes | dict) or not isinstance(agent.tools, Sequence | tuple | list):
+        raise AgentConfigError(f"{where}: tools must be a list of Tool, got {type(agent.tools).__name__}")
+    for i, tool in enumerate(agent.tools):
+        if not isinstance(tool, Tool):
+            hint = " (decorate the function with @function_tool)" if callable(tool) else ""
+            raise AgentConfigError(f"{where}: tools[{i}] must be a Tool, got {type(tool).__name__}{hint}")
+    if not isinstance(agent.policies, Policies):
+        raise AgentConfigError(f"{where}: policies must be a Policies, got {type(agent.policies).__name__}")
+    if not isinstance(agent.model_settings, dict):
+        raise AgentConfigError(
+            f"{where}: model_settings must be a dict, got {type(agent.model_settings).__name__}"
+        )
+    if not isinstance(agent.thinking, bool):
+        raise AgentConfigError(f"{where}: thinking must be a bool, got {type(agent.thinking).__name__}")
+    if agent.reminder is not None and not callable(agent.reminder):
+        raise AgentConfigError(
+            f"{where}: reminder must be callable or None, got {type(agent.reminder).__name__}"
+        )
 
 
 def _named_choice(choice: Any) -> bool:

@@ -24,8 +24,9 @@ from typing import Any, Literal, Protocol
 import httpx
 import openai
 
-from .errors import IncompleteStream
+from .errors import AgentConfigError, IncompleteStream
 from .tools import PreparedCall, ToolContext, result_text
+from .trust import UntrustedContent
 
 # --------------------------------------------------------------------------------------------
 # Limits
@@ -191,6 +192,12 @@ class _DaemonWorkers:
     """
 
     def __init__(self) -> None:
+        self._reset()
+        # A forked child has none of these threads: without a reset it would queue jobs for
+        # workers it believes idle, and wait for them forever.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._idle = 0
         self._lock = threading.Lock()
@@ -244,11 +251,12 @@ def _in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future[Any]:
 class ProcessExecutor:
     """Runs each call in a forked child process and SIGKILLs it at the timeout.
 
-    This is the default because it is the only way to really *stop* a stuck tool (a thread
-    cannot be killed). The price: the tool's in-memory side effects stay in the child, so tools
-    must act through their return value or external state (files, network, databases); the
-    result must be text or JSON-serialisable (it is converted in the child). Falls back to
-    threads where `fork` does not exist.
+    Isolation is something a tool declares (`isolation="process"`) or a run chooses
+    (`Policies(executor=ProcessExecutor())`), never the default: it is the only way to really
+    *stop* a stuck tool (a thread cannot be killed), but the tool's in-memory side effects stay in
+    the child and are lost, so only tools that act through their return value or external state
+    (files, network, databases) fit it; the result must be text or JSON-serialisable (it is
+    converted in the child). Falls back to threads where `fork` does not exist.
     """
 
     async def execute(self, call: PreparedCall, ctx: ToolContext, timeout_s: float) -> ToolOutcome:
@@ -328,20 +336,68 @@ def _reap_later(pid: int) -> None:
 
 
 def default_executor() -> ToolExecutor:
-    return ProcessExecutor() if hasattr(os, "fork") else ThreadExecutor()
+    """In-process: a tool's effects on Python objects are the effects the caller sees."""
+    return ThreadExecutor()
 
 
 # --------------------------------------------------------------------------------------------
 
 
+class _Auto:
+    """`Policies.untrusted`'s default: the policy is on exactly when a tool declares an effect."""
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO: Any = _Auto()
+
+
 @dataclass(frozen=True)
 class Policies:
-    """Everything about *how* a run is allowed to proceed, bundled for an Agent."""
+    """Everything about *how* a run is allowed to proceed, bundled for an Agent.
+
+    `untrusted`: the untrusted-content policy (trust.py). AUTO (the default) turns it on for an
+    agent any of whose tools declares an `effect`; `UntrustedContent()` turns it on for any agent,
+    None off. Calls it holds back go to `approval` (DenyAll: fail closed).
+    """
 
     limits: Limits = field(default_factory=Limits)
     approval: ApprovalPolicy = field(default_factory=DenyAll)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     executor: ToolExecutor = field(default_factory=default_executor)
+    untrusted: UntrustedContent | None = AUTO
+
+    def __post_init__(self) -> None:
+        expected = {
+            "limits": Limits,
+            "retry": RetryPolicy,
+        }
+        for name, kind in expected.items():
+            if not isinstance(getattr(self, name), kind):
+                raise AgentConfigError(
+                    f"Policies.{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}"
+                )
+        if not callable(getattr(self.approval, "approve", None)):
+            raise AgentConfigError(
+                f"Policies.approval must have an approve(tool_name, arguments) method, got "
+                f"{type(self.approval).__name__}"
+            )
+        if not callable(getattr(self.executor, "execute", None)):
+            raise AgentConfigError(
+                f"Policies.executor must have an async execute(call, ctx, timeout_s) method, got "
+                f"{type(self.executor).__name__}"
+            )
+        if self.untrusted is not AUTO and not isinstance(self.untrusted, UntrustedContent | None):
+            raise AgentConfigError(
+                f"Policies.untrusted must be UntrustedContent(), None or AUTO, got {self.untrusted!r}"
+            )
+
+    def untrusted_policy(self, tools: Any) -> UntrustedContent | None:
+        """The policy in force for an agent with these tools."""
+        if self.untrusted is AUTO:
+            return UntrustedContent() if any(t.effect is not None for t in tools) else None
+        return self.untrusted
 
     def executor_for(self, isolation: str | None) -> ToolExecutor:
         if isolation == "thread":

@@ -20,13 +20,21 @@ from typing import Any
 import openai
 
 from .agent import Agent, ReminderContext
-from .errors import IncompleteStream, LimitExceeded, ModelRequestError, OutputValidationError, RunLogError
+from .errors import (
+    AgentConfigError,
+    IncompleteStream,
+    LimitExceeded,
+    ModelRequestError,
+    OutputValidationError,
+    RunLogError,
+)
 from .events import Event, PendingCall, RunState
 from .log import EventLog, read_log
 from .output import repair_prompt, to_jsonable
 from .result import RunResult
 from .tools import PreparedCall, ToolContext
 from .transport import post_completion, post_streamed
+from .trust import Sources
 
 Input = str | list[dict[str, Any]]
 INTERRUPTED = (
@@ -49,6 +57,25 @@ def _client(client: Any, base_url: str | None, api_key: str | None) -> tuple[ope
     return openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0), True
 
 
+def _check_call(method: str, agent: Any, input: Any = None, *, has_input: bool = True) -> None:
+    """Clear errors for wrong argument types, before any request is sent."""
+    if not isinstance(agent, Agent):
+        raise AgentConfigError(f"Runner.{method}: agent must be an Agent, got {type(agent).__name__}")
+    if not has_input:
+        return
+    if isinstance(input, str):
+        return
+    if not isinstance(input, list):
+        raise AgentConfigError(
+            f"Runner.{method}: input must be a str or a list of message dicts, got {type(input).__name__}"
+        )
+    for i, message in enumerate(input):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise AgentConfigError(
+                f"Runner.{method}: input[{i}] must be a message dict with a 'role', got {message!r:.80}"
+            )
+
+
 class Runner:
     """Runs agents. All methods are static: the runner holds no configuration."""
 
@@ -63,16 +90,19 @@ class Runner:
         run_dir: str | os.PathLike[str] | None = None,
     ) -> RunResult:
         """Run to a final answer. With `run_dir`, every event is logged there (resumable)."""
+        _check_call("run", agent, input)
         async with _Session(agent, client, base_url, api_key, run_dir, resume=False) as run:
             return await run.start(input)
 
     @staticmethod
     def run_sync(agent: Agent, input: Input, **kwargs: Any) -> RunResult:
+        _check_call("run_sync", agent, input)
         return asyncio.run(Runner.run(agent, input, **kwargs))
 
     @staticmethod
     def run_streamed(agent: Agent, input: Input, **kwargs: Any) -> RunStream:
         """Iterate `async for event in Runner.run_streamed(...)`; then read `.result`."""
+        _check_call("run_streamed", agent, input)
 
         async def drive(publish: Callable[[Event], None]) -> RunResult:
             async with _Session(
@@ -102,6 +132,7 @@ class Runner:
         A tool call that was started but has no result gets an explicit "interrupted" result
         (or runs again if its tool is marked `idempotent`).
         """
+        _check_call("resume", agent, has_input=False)
         async with _Session(agent, client, base_url, api_key, run_dir, resume=True) as run:
             return await run.resume()
 
@@ -549,13 +580,25 @@ class _Loop:
         if isinstance(prepared, str):
             self.finish_call(call, "invalid_arguments", prepared)
             return None
-        if tool.needs_approval and not self.agent.policies.approval.approve(tool.name, prepared.arguments):
+        approval = self.agent.policies.approval
+        if tool.needs_approval and not approval.approve(tool.name, prepared.arguments):
             self.finish_call(
                 call,
                 "denied",
                 f"Denied: {tool.name} needs approval for this exact call, and it was not granted.",
             )
             return None
+        guard = self.agent.policies.untrusted_policy(self.agent.tools)
+        if guard is not None and not tool.needs_approval:
+            sources = Sources.of(self.state.messages, {t.name: t for t in self.agent.tools})
+            reason = guard.review(tool, prepared.arguments, sources)
+            if reason is not None and not approval.approve(tool.name, prepared.arguments):
+                self.finish_call(
+                    call,
+                    "denied",
+                    f"Denied: {reason}; such a call needs the user's approval, and it was not granted.",
+                )
+                return None
         return prepared
 
     async def execute(self, prepared: PreparedCall) -> None:

@@ -25,6 +25,7 @@ import pydantic
 
 from .errors import AgentConfigError
 from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
+from .trust import EFFECTS, Effect
 from .validation import NotJSON, SchemaValidator, loads_strict
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")  # what the DeepSeek renderer accepts (§2.1)
@@ -62,9 +63,12 @@ class Tool:
     grants that exact call.
     `max_retries`: how many failed calls (bad arguments, exceptions, timeouts) the model gets
     before the run stops. `timeout_s`: overrides the run's per-tool timeout. `isolation`:
-    overrides the run's executor (see policies.ToolExecutor). `idempotent`: safe to run again
-    after a crash interrupted it (otherwise an interrupted call gets an explicit "interrupted"
-    result and is never re-run).
+    "process" runs each call in a child process that can be killed at the timeout, at the price of
+    the tool's in-memory side effects staying in the child; "thread" (or None with the default
+    executor) runs it in this process. `idempotent`: safe to run again after a crash interrupted it
+    (otherwise an interrupted call gets an explicit "interrupted" result and is never re-run).
+    `effect` (read / write / network / messages / payments) and `trusted_output` feed the
+    untrusted-content policy (trust.py): declaring an effect on any tool turns it on.
     """
 
     name: str
@@ -77,15 +81,27 @@ class Tool:
     timeout_s: float | None = None
     isolation: Isolation | None = None
     idempotent: bool = False
+    effect: Effect | None = None
+    trusted_output: bool | None = None
     loose_parameters: dict[str, Any] = field(default_factory=dict, repr=False)
     model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = None
 
     def __post_init__(self) -> None:
-        if not TOOL_NAME.match(self.name):
+        if not isinstance(self.name, str) or not TOOL_NAME.match(self.name):
             raise AgentConfigError(
                 f"tool name {self.name!r} must match ^[a-zA-Z0-9_-]+$ and be 1-128 characters long"
             )
+        if self.effect is not None and self.effect not in EFFECTS:
+            raise AgentConfigError(
+                f"tool {self.name!r}: effect must be one of {', '.join(EFFECTS)} or None, got {self.effect!r}"
+            )
+        if self.isolation not in (None, "process", "thread"):
+            raise AgentConfigError(
+                f"tool {self.name!r}: isolation must be 'process', 'thread' or None, got {self.isolation!r}"
+            )
+        if not callable(self.fn):
+            raise AgentConfigError(f"tool {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
         if not isinstance(self.parameters, dict) or self.parameters.get("type") != "object":
             raise AgentConfigError(
                 f"tool {self.name!r}: parameters must be an object schema "
@@ -177,6 +193,8 @@ def function_tool(
     timeout_s: float | None = None,
     isolation: Isolation | None = None,
     idempotent: bool = False,
+    effect: Effect | None = None,
+    trusted_output: bool | None = None,
 ) -> Any:
     """Make a `Tool` from a function; usable as `@function_tool` or `@function_tool(...)`."""
 
@@ -197,6 +215,8 @@ def function_tool(
             timeout_s=timeout_s,
             isolation=isolation,
             idempotent=idempotent,
+            effect=effect,
+            trusted_output=trusted_output,
             loose_parameters=loose,
             model=model,
             context_param=context_param,
