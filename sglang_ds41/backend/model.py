@@ -53,7 +53,7 @@ from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model import HyperConnection, MoE, Published, RMSNorm, collapse, expand, first_pre, upcast
 from sglang_ds41.model.vision import VisionTower
 
-from . import images
+from . import EXTERNAL_MODEL_PACKAGE, images
 from .attention import SlotAttention, batch_attention
 from .kv_state import PoolViews, SlotState, Span
 from .tp import SINGLE, TensorParallel, VocabParallelEmbedding
@@ -194,6 +194,20 @@ class DeepseekV41Model(nn.Module):
         return rows
 
 
+def refuse_gpu_device(device: str) -> None:
+    """This backend is the exact CPU engine (no GPU kernels, per-request loops): serving the real
+    model on a GPU is upstream SGLang's V4.1 model with our plugin, so say that instead of
+    starting a server that would not fit or would crawl."""
+    if device != "cpu":
+        raise BackendError(
+            f"sglang-ds41's own backend (SGLANG_EXTERNAL_MODEL_PACKAGE={EXTERNAL_MODEL_PACKAGE}) is the "
+            f"CPU engine and does not serve on --device {device}: it has no GPU kernels and builds every "
+            "expert dense. On a GPU serve upstream SGLang's V4.1 model, which the sglang-ds41 plugin gives "
+            "the MXFP4 Engram tables: `sglang-ds41 serve MODEL_DIR` (it picks that engine on a GPU) or "
+            "`python -m sglang.launch_server --model-path MODEL_DIR` without SGLANG_EXTERNAL_MODEL_PACKAGE"
+        )
+
+
 class DeepseekV41ForCausalLM(nn.Module):
     """The SGLang entry: builds the model from the checkpoint's own config.json (SGLang's
     flattened V3-style config is not used), keeps the slot store, returns next-token logits."""
@@ -204,8 +218,9 @@ class DeepseekV41ForCausalLM(nn.Module):
             get_tensor_model_parallel_rank,
             get_tensor_model_parallel_world_size,
         )
-        from sglang.srt.runtime_context import get_server_args
+        from sglang.srt.runtime_context import get_context, get_server_args
 
+        refuse_gpu_device(str(get_context().config_leaf("device")))  # resolved, not the raw flag
         args = get_server_args()
         self.config = config
         self.logits_processor = None

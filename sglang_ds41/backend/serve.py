@@ -1,18 +1,23 @@
 """Launch `python -m sglang.launch_server` for a V4.1 checkpoint with the flags it needs.
 
 Our defaults come first and every flag the user gives replaces ours (same flag, any value
-form); anything else passes through to SGLang untouched. The environment registers our
-models (`SGLANG_EXTERNAL_MODEL_PACKAGE`) and puts `_pythonpath/` (our `sitecustomize`) on
-PYTHONPATH of every server process. Without a GPU (or with `--device cpu`) the CPU settings
-that SGLang 0.5.23 needs on a CPU-only machine are added (shared/sglang-cpu/FINDINGS.md):
-the CPU engine, the torch_native attention backend, a bounded KV pool, the op shim, and
-for `--tp N` the per-rank core binding and PyNccl switched off (gloo does the collectives).
+form); anything else passes through to SGLang untouched. Two engines:
+
+* on a GPU, upstream SGLang's own V4.1 model: a plain launch_server with the V4.1 parsers;
+  our SGLang plugin (entry point `sglang.srt.plugins`) gives it the MXFP4 Engram tables;
+* on the CPU (no GPU, or `--device cpu`), our own backend: the environment registers our
+  models (`SGLANG_EXTERNAL_MODEL_PACKAGE`) and puts `_pythonpath/` (our `sitecustomize`, the
+  launch hooks) on PYTHONPATH of every server process, and the settings SGLang 0.5.23 needs
+  on a CPU-only machine are added: the CPU engine, the torch_native attention backend, a
+  bounded KV pool, the op shim, and for `--tp N` the per-rank core binding and PyNccl
+  switched off (gloo does the collectives). Flags that would lose its state are refused.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -131,7 +136,10 @@ def refuse_unsupported(user: Sequence[Sequence[str]]) -> None:
     for item in user:
         allowed, why = UNSUPPORTED.get(item[0], (None, None))
         if why is not None and (item[1] if len(item) > 1 else None) not in allowed:
-            raise Ds41Error(f"{' '.join(item)}: not supported for V4.1: {why}")
+            raise Ds41Error(
+                f"{' '.join(item)}: not supported for V4.1 by the CPU backend: {why} "
+                "(on a GPU, serve upstream SGLang's V4.1 model: --device cuda)"
+            )
 
 
 def build_launch(
@@ -142,14 +150,18 @@ def build_launch(
     python: str = sys.executable,
     cpus: Sequence[int] | None = None,
 ) -> Launch:
-    """The server command and environment for `model_dir`; `gpu=None` asks torch."""
+    """The server command and environment for `model_dir`; `gpu=None` asks torch.
+
+    The engine follows the device: on a GPU upstream SGLang's own V4.1 model (our plugin adds
+    the MXFP4 Engram tables; SGLang loads it through its entry point), on the CPU (no GPU, or
+    `--device cpu`) our own backend with the CPU settings.
+    """
     model = Path(model_dir)
     if not (model / "config.json").is_file():
         raise Ds41Error(f"{model} is not a checkpoint directory (no config.json)")
     user = split_flags(sglang_args)
     if flag_value(user, "--model-path") is not None:
         raise Ds41Error("give the checkpoint as MODEL_DIR, not as --model-path")
-    refuse_unsupported(user)
     device = flag_value(user, "--device")
     cpu = device == "cpu" or (device is None and not (has_gpu() if gpu is None else gpu))
 
@@ -159,38 +171,16 @@ def build_launch(
         ["--port", str(DEFAULT_PORT)],
         ["--reasoning-parser", "deepseek-v41"],
         ["--tool-call-parser", "deepseekv41"],
-        # Ratio-2 layers keep one compressed entry per token pair at slot // 2 (backend/kv_state.py).
-        ["--page-size", "2"],
-        # Image patches from SGLang's PIL path, bit for bit ours (MODEL.md §7.1); its Rust resizer
-        # ("auto") can differ by one grey level on strong downscales.
-        ["--image-processor-backend", "pil"],
     ]
     if (tok := tokenizer_dir(model)) is not None:
         defaults.append(["--tokenizer-path", str(tok)])
-    if cpu:
-        defaults += [
-            ["--device", "cpu"],
-            ["--attention-backend", "torch_native"],
-            ["--max-total-tokens", str(CPU_MAX_TOTAL_TOKENS)],
-            ["--mem-fraction-static", "0.3"],
-        ]
-    argv = [python, "-m", "sglang.launch_server", *merge_flags(defaults, user)]
-
-    pythonpath = os.pathsep.join(p for p in (str(PYTHONPATH_DIR), os.environ.get("PYTHONPATH")) if p)
-    env = {"PYTHONPATH": pythonpath, "SGLANG_EXTERNAL_MODEL_PACKAGE": EXTERNAL_MODEL_PACKAGE}
     # DeepSeek's API (and deepseek-recipe) think unless told not to; SGLang's default is off.
-    env["SGLANG_DEFAULT_THINKING"] = os.environ.get("SGLANG_DEFAULT_THINKING", "1")
+    env = {"SGLANG_DEFAULT_THINKING": os.environ.get("SGLANG_DEFAULT_THINKING", "1")}
     if cpu:
-        env["SGLANG_USE_CPU_ENGINE"] = "1"
-        # The nccl wheel that comes with CUDA torch would enable PyNccl, which needs a GPU.
-        env["SGLANG_NCCL_SO_PATH"] = "/nonexistent/libnccl.so.2"
-        tp_text = flag_value(user, "--tp-size") or "1"
-        if not tp_text.isdigit() or int(tp_text) < 1:
-            raise Ds41Error(f"--tp must be a positive integer, got {tp_text!r}")
-        tp = int(tp_text)
-        if tp > 1 and "SGLANG_CPU_OMP_THREADS_BIND" not in os.environ:
-            env["SGLANG_CPU_OMP_THREADS_BIND"] = omp_bind(tp, cpus or sorted(os.sched_getaffinity(0)))
-
+        refuse_unsupported(user)
+        defaults, own_env = _own_backend(defaults, user, cpus)
+        env.update(own_env)
+    argv = [python, "-m", "sglang.launch_server", *merge_flags(defaults, user)]
     merged = split_flags(argv[3:])
     return Launch(
         argv=argv,
@@ -199,6 +189,51 @@ def build_launch(
         port=int(flag_value(merged, "--port") or DEFAULT_PORT),
         cpu=cpu,
     )
+
+
+def _own_backend(
+    defaults: list[list[str]], user: Sequence[Sequence[str]], cpus: Sequence[int] | None
+) -> tuple[list[list[str]], dict[str, str]]:
+    """Flags and environment of our CPU engine: our model package, its launch hooks, CPU settings."""
+    defaults = [
+        *defaults,
+        # Ratio-2 layers keep one compressed entry per token pair at slot // 2 (backend/kv_state.py).
+        ["--page-size", "2"],
+        # Image patches from SGLang's PIL path, bit for bit ours (MODEL.md §7.1); its Rust resizer
+        # ("auto") can differ by one grey level on strong downscales.
+        ["--image-processor-backend", "pil"],
+        ["--device", "cpu"],
+        ["--attention-backend", "torch_native"],
+        ["--max-total-tokens", str(CPU_MAX_TOTAL_TOKENS)],
+        ["--mem-fraction-static", "0.3"],
+    ]
+    pythonpath = os.pathsep.join(p for p in (str(PYTHONPATH_DIR), os.environ.get("PYTHONPATH")) if p)
+    env = {
+        "PYTHONPATH": pythonpath,
+        "SGLANG_EXTERNAL_MODEL_PACKAGE": EXTERNAL_MODEL_PACKAGE,
+        "SGLANG_USE_CPU_ENGINE": "1",
+        # The nccl wheel that comes with CUDA torch would enable PyNccl, which needs a GPU.
+        "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2",
+    }
+    tp_text = flag_value(user, "--tp-size") or "1"
+    if not tp_text.isdigit() or int(tp_text) < 1:
+        raise Ds41Error(f"--tp must be a positive integer, got {tp_text!r}")
+    tp = int(tp_text)
+    if tp > 1 and "SGLANG_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = omp_bind(tp, cpus or sorted(os.sched_getaffinity(0)))
+    return defaults, env
+
+
+def describe(launch: Launch) -> str:
+    """The exact command and environment of `launch`, as a shell line (`serve --dry-run`)."""
+    engine = (
+        "sglang-ds41's own backend (CPU engine)"
+        if launch.cpu
+        else "upstream SGLang's V4.1 model + the sglang-ds41 plugin (MXFP4/NVFP4 Engram tables)"
+    )
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
+    command = " ".join(shlex.quote(a) for a in launch.argv)
+    return f"# engine: {engine}\n# listens on {launch.url}\n{env} \\\n  {command}"
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> float:

@@ -7,10 +7,11 @@ import argparse
 NAME = "serve"
 PASSTHROUGH = True  # unknown flags (--port, --tp, ...) go to sglang.launch_server
 HELP = (
-    "Serve a DeepSeek-V4.1 checkpoint with SGLang (python -m sglang.launch_server) using the "
-    "sglang-ds41 backend, the V4.1 reasoning and tool-call parsers, and on a machine without a "
-    "GPU the CPU settings. Every other argument is passed to SGLang and overrides our defaults "
-    "(--port, --tp, --chunked-prefill-size, --disable-radix-cache, ...)."
+    "Serve a DeepSeek-V4.1 checkpoint with SGLang (python -m sglang.launch_server) and the V4.1 "
+    "reasoning and tool-call parsers: on a GPU upstream SGLang's V4.1 model with the sglang-ds41 "
+    "plugin (MXFP4 Engram tables), without one (or with --device cpu) the sglang-ds41 CPU backend "
+    "with its CPU settings. Every other argument is passed to SGLang and overrides our defaults "
+    "(--port, --tp, --device, --chunked-prefill-size, --disable-radix-cache, ...)."
 )
 
 
@@ -19,6 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tiny",
         action="store_true",
         help="serve the tiny random checkpoint (built once into the cache) instead of MODEL_DIR",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the engine, the exact command and its environment, and exit without starting it",
     )
     parser.add_argument(
         "--ready-timeout", type=float, default=600.0, metavar="S", help="give up if not ready after S seconds"
@@ -47,4 +53,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         model_dir, rest = rest[0], rest[1:]
     launch = serve.build_launch(model_dir, rest)
+    if args.dry_run:
+        print(serve.describe(launch))
+        return 0
     return serve.serve(launch, ready_timeout_s=args.ready_timeout)

@@ -38,7 +38,8 @@ def test_a_user_page_size_replaces_ours(tmp_path):
     ],
 )
 def test_features_that_would_lose_or_misread_the_state_are_refused_before_launch(tmp_path, flags, why):
-    with pytest.raises(Ds41Error, match=rf"^{flags[0]}.*: not supported for V4.1: .*{why}"):
+    refusal = rf"^{flags[0]}.*: not supported for V4.1 by the CPU backend: .*{why}"
+    with pytest.raises(Ds41Error, match=refusal):
         serve.build_launch(_checkpoint(tmp_path), flags, gpu=False)
 
 
@@ -60,3 +61,26 @@ def test_sglang_sees_no_quantization_config_for_our_architecture_only():
     launch_hooks._patch_model_config(module)
     assert module.ModelConfig(V41)._parse_quant_hf_config() is None
     assert module.ModelConfig("LlamaForCausalLM")._parse_quant_hf_config() == {"quant_method": "fp8"}
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "xpu"])
+def test_own_backend_refuses_a_gpu_device_and_names_the_engine_to_use(device):
+    from sglang_ds41.backend.model import BackendError, refuse_gpu_device
+
+    refusal = rf"does not serve on --device {device}.*upstream SGLang's V4.1 model"
+    with pytest.raises(BackendError, match=refusal):
+        refuse_gpu_device(device)
+    refuse_gpu_device("cpu")
+
+
+def test_sglang_building_our_model_on_cuda_gets_that_refusal(tmp_path):
+    """Through SGLang's own server-args context, as in a scheduler process."""
+    from sglang.srt.runtime_context import get_context
+
+    from sglang_ds41.backend.model import BackendError, DeepseekV41ForCausalLM
+
+    with (
+        get_context().override_server_args(model_path=str(_checkpoint(tmp_path)), device="cuda"),
+        pytest.raises(BackendError, match="does not serve on --device cuda"),
+    ):
+        DeepseekV41ForCausalLM(config=None)

@@ -27,18 +27,42 @@ def flags(launch) -> dict[str, list[str]]:
     return {item[0]: item[1:] for item in items}
 
 
-def test_gpu_launch_has_parsers_plugin_and_patch_path_but_no_cpu_settings(model_dir):
+def test_gpu_launch_is_plain_upstream_sglang_with_the_v41_parsers(model_dir):
+    """On a GPU: upstream's own V4.1 model, found by SGLang itself; none of our backend's hooks."""
     launch = serve.build_launch(model_dir, gpu=True)
     got = flags(launch)
     assert got["--model-path"] == [str(model_dir)]
     assert got["--reasoning-parser"] == ["deepseek-v41"]
     assert got["--tool-call-parser"] == ["deepseekv41"]
     assert got["--host"] == ["127.0.0.1"] and got["--port"] == ["30000"]
-    assert "--device" not in got and "--attention-backend" not in got
-    assert launch.env["SGLANG_EXTERNAL_MODEL_PACKAGE"] == "sglang_ds41.backend"
-    assert launch.env["PYTHONPATH"].split(":")[0].endswith("sglang_ds41/backend/_pythonpath")
+    for own_backend_flag in ("--device", "--attention-backend", "--page-size", "--max-total-tokens"):
+        assert own_backend_flag not in got
+    assert "SGLANG_EXTERNAL_MODEL_PACKAGE" not in launch.env and "PYTHONPATH" not in launch.env
     assert "SGLANG_USE_CPU_ENGINE" not in launch.env
     assert not launch.cpu
+
+
+def test_gpu_launch_passes_what_the_cpu_backend_refuses(model_dir):
+    """DSpark and SGLang's KV formats are upstream's business on a GPU."""
+    args = ["--speculative-algorithm", "DSPARK", "--kv-cache-dtype", "fp8_e4m3"]
+    launch = serve.build_launch(model_dir, args, gpu=True)
+    assert launch.argv[-4:] == args
+
+
+def test_device_flag_picks_the_engine_whatever_the_machine(model_dir):
+    assert not serve.build_launch(model_dir, ["--device", "cuda"], gpu=False).cpu
+    assert serve.build_launch(model_dir, ["--device", "cpu"], gpu=True).cpu
+
+
+def test_describe_prints_the_exact_command_and_environment(model_dir):
+    launch = serve.build_launch(model_dir, ["--port", "31555"], gpu=False)
+    text = serve.describe(launch)
+    assert "own backend (CPU engine)" in text and "http://127.0.0.1:31555" in text
+    env_line, command = text.splitlines()[-2:]
+    assert env_line.endswith(" \\")
+    assert command.strip().split() == launch.argv
+    for key, value in launch.env.items():
+        assert f"{key}={value}" in env_line
 
 
 def test_cpu_launch_adds_the_cpu_engine_settings(model_dir):

@@ -77,3 +77,20 @@ def test_tiny_checkpoint_is_built_once_and_reused(tmp_path, monkeypatch):
     assert calls == [("base", "fp8", 0)]
     assert first.parent == tmp_path and first.name.startswith("tiny-base-fp8-seed0-")
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no half-built leftovers
+
+
+@pytest.mark.parametrize(
+    ("device_args", "engine", "own_backend_env"),
+    [([], "own backend (CPU engine)", True), (["--device", "cuda"], "upstream SGLang's V4.1 model", False)],
+)
+def test_dry_run_prints_each_engines_command_and_starts_nothing(
+    tmp_path, capsys, launched, device_args, engine, own_backend_env
+):
+    (tmp_path / "config.json").write_text("{}")
+    assert cli.main(["serve", "--dry-run", str(tmp_path), *device_args, "--tp", "4"]) == 0
+    assert launched == []  # nothing was started
+    out = capsys.readouterr().out
+    assert out.startswith("# engine: ") and engine in out.splitlines()[0]
+    assert f"-m sglang.launch_server --model-path {tmp_path}" in out and "--tp-size 4" in out
+    assert ("SGLANG_EXTERNAL_MODEL_PACKAGE=sglang_ds41.backend" in out) is own_backend_env
+    assert ("--page-size 2" in out) is own_backend_env
