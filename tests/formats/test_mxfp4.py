@@ -105,3 +105,82 @@ def test_bad_shapes_raise_clear_errors():
         dequantize_mxfp4(codes, scales[:, :1])
     with pytest.raises(FormatError, match="float8_e8m0fnu or uint8"):
         dequantize_mxfp4(codes, scales.float())
+
+
+# --- the least-squares (mse) scale rule -----------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.formats import oracles  # noqa: E402
+
+
+def _fp8_value_block() -> st.SearchStrategy[list[float]]:
+    """32 E4M3 values times one power of two: a block of an FP8 Engram row, as the converter sees it."""
+    finite = [b for b in range(256) if (b & 0x7F) != 0x7F]
+    return st.tuples(st.lists(st.sampled_from(finite), min_size=32, max_size=32), st.integers(-40, 40)).map(
+        lambda t: [oracles.e4m3_value(b) * 2.0 ** t[1] for b in t[0]]
+    )
+
+
+_float_block = st.lists(
+    st.one_of(st.just(0.0), st.floats(-1e6, 1e6, allow_nan=False, width=32)), min_size=32, max_size=32
+)
+
+
+def _blocks(block: list[float], rule: str) -> tuple[list[float], list[int], bytes]:
+    codes, scales = quantize_mxfp4(torch.tensor(block).reshape(1, 32), rule)
+    decoded = dequantize_mxfp4(codes, scales, dtype=torch.float32)[0].tolist()
+    return decoded, scales.view(torch.uint8)[0].tolist(), bytes(codes[0].tolist())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_fp8_value_block(), _float_block))
+def test_mse_never_has_a_larger_block_error_than_ocp_and_decodes_with_the_mxfp4_decoder(block):
+    if not any(block):
+        return
+    ocp, ocp_scale, _ = _blocks(block, "ocp")
+    mse, mse_scale, mse_codes = _blocks(block, "mse")
+    # the unchanged MXFP4 decoder and an independent one read the mse bytes alike
+    assert mse == oracles.mx_decode(mse_codes, bytes(mse_scale))
+    e_ocp, e_mse = oracles.squared_error(ocp, block), oracles.squared_error(mse, block)
+    assert e_mse <= e_ocp
+    # the choice is the best of OCP's exponent and its two neighbours, each re-rounded per value
+    e0 = oracles.ocp_exponent(block)
+    assert ocp_scale[0] == e0 + 127
+    candidates = [oracles.squared_error(oracles.mx_values(block, e0 + d), block) for d in (0, 1, -1)]
+    assert e_mse == pytest.approx(min(candidates), rel=1e-12, abs=0)
+    assert mse == oracles.mx_values(block, mse_scale[0] - 127)
+
+
+def test_mse_takes_the_larger_exponent_when_ocp_saturates():
+    # amax 7.5: OCP exponent 0 clips every 7.5 to 6 (error 1.5**2 each); exponent 1 rounds
+    # 7.5 / 2 = 3.75 to 4, i.e. 8 (error 0.5**2 each). Code 6 in both nibbles: 0x66; scale 128.
+    x = torch.full((1, 32), 7.5)
+    codes, scales = quantize_mxfp4(x, "mse")
+    assert scales.view(torch.uint8).tolist() == [[128]] and codes.eq(0x66).all()
+    codes, scales = quantize_mxfp4(x, "ocp")
+    assert scales.view(torch.uint8).tolist() == [[127]] and codes.eq(0x77).all()
+
+
+def test_mse_takes_the_smaller_exponent_when_it_fits_the_rest_exactly():
+    # [4, 0.75 x 31]: OCP exponent 0 ties every 0.75 to 1 (error 31 * 0.0625 = 1.94); exponent
+    # -1 clips 4 to 3 (error 1) and holds 0.75 = 1.5 * 0.5 exactly. Bytes: (code 7 | code 3 << 4).
+    x = torch.tensor([[4.0] + [0.75] * 31])
+    codes, scales = quantize_mxfp4(x, "mse")
+    assert scales.view(torch.uint8).tolist() == [[126]]
+    assert codes[0, 0].item() == 0x37 and codes[0, 1:].eq(0x33).all()
+    assert dequantize_mxfp4(codes, scales, torch.float32)[0, :2].tolist() == [3.0, 0.75]
+
+
+def test_mse_keeps_the_ocp_scale_on_a_tie_and_for_zero_and_nan_blocks():
+    exact = torch.tensor([[4.0, 2.0, 1.0, -0.5] + [0.0] * 28])  # exact under OCP: error 0
+    special = _row([], [float("nan"), 1.0]).reshape(1, 64)
+    for x in (exact, special):
+        ocp, mse = quantize_mxfp4(x, "ocp"), quantize_mxfp4(x, "mse")
+        assert torch.equal(ocp[0], mse[0]) and torch.equal(ocp[1].view(torch.uint8), mse[1].view(torch.uint8))
+
+
+def test_unknown_scale_rule_is_refused():
+    with pytest.raises(FormatError, match=r"unknown scale rule 'best'; expected one of \['ocp', 'mse'\]"):
+        quantize_mxfp4(torch.ones(1, 32), "best")

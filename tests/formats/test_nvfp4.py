@@ -118,3 +118,89 @@ def test_mxfp4_to_nvfp4_refuses_scales_beyond_e4m3_range() -> None:
     scales = torch.tensor([[127 - 20, 127 + 5]], dtype=torch.uint8)  # 25 binades apart
     with pytest.raises(FormatError, match="losslessly"):
         mxfp4_to_nvfp4(torch.zeros(1, 32, dtype=torch.uint8), scales)
+
+
+# --- NVFP4 Engram tables: from FP8 rows, ModelOpt or least-squares scales --------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.formats import oracles  # noqa: E402
+
+
+def _fp8_rows(rows: int, seed: int, spread: float = 0.0):
+    from sglang_ds41.formats import quantize_fp8_rows
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 64, generator=g) * torch.logspace(-spread, spread, rows).reshape(rows, 1)
+    return quantize_fp8_rows(x)
+
+
+@pytest.mark.parametrize("rule", ["modelopt", "mse"])
+@pytest.mark.parametrize(("spread", "seed"), [(0.0, 0), (6.0, 1)])
+def test_fp8_rows_to_nvfp4_equals_an_independent_per_value_encoder(rule, spread, seed):
+    from sglang_ds41.formats import dequantize_fp8_rows, fp8_rows_to_nvfp4
+
+    values, scales = _fp8_rows(12, seed, spread)  # spread: rows over 12 decades, blocks near flushing
+    weight, weight_scale, ws2 = fp8_rows_to_nvfp4(values, scales, scale_rule=rule)
+    top = int(scales.view(torch.uint8).max())
+    assert ws2.dtype == torch.float32 and ws2.item() == oracles.f32(2.0 ** (top - 127) / 6)
+    exact = dequantize_fp8_rows(values, scales, dtype=torch.float32).tolist()
+    got = dequantize_nvfp4(weight, weight_scale, ws2, torch.float32).tolist()
+    for r, row in enumerate(exact):
+        for b in range(0, 64, 16):
+            byte, codes = oracles.nv_block(row[b : b + 16], ws2.item(), rule)
+            assert weight_scale[r, b // 16].view(torch.uint8).item() == byte, (r, b)
+            assert got[r][b : b + 16] == oracles.nv_dequant(byte, codes, ws2.item()), (r, b)
+    blocks = [oracles.nv_block(exact[0][b : b + 16], ws2.item(), rule)[1] for b in range(0, 64, 16)]
+    packed = [c for block in blocks for c in block]
+    packed = [c & 15 for c in packed]
+    assert weight[0].tolist() == [packed[i] | packed[i + 1] << 4 for i in range(0, 64, 2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(-1e4, 1e4, allow_nan=False, width=32), min_size=16, max_size=16),
+    st.floats(2.0**-20, 128.0, width=32),
+)
+def test_mse_never_has_a_larger_block_error_than_modelopt(block, ws2):
+    w = torch.tensor(block).reshape(1, 16)
+    errors = []
+    for rule in ("modelopt", "mse"):
+        weight, weight_scale, g = quantize_nvfp4(w, torch.tensor(ws2), scale_rule=rule)
+        decoded = dequantize_nvfp4(weight, weight_scale, g, torch.float32)[0].tolist()
+        byte, codes = oracles.nv_block(block, ws2, rule)
+        assert decoded == oracles.nv_dequant(byte, codes, ws2)
+        errors.append(oracles.squared_error(decoded, block))
+    assert errors[1] <= errors[0] * (1 + 1e-12)
+
+
+def test_global_scale_comes_from_the_fp8_scale_bytes_alone():
+    from sglang_ds41.formats import fp8_rows_global_scale
+
+    scales = torch.tensor([[120, 133, 255], [127, 0, 101]], dtype=torch.uint8)  # 255 = NaN: ignored
+    assert fp8_rows_global_scale(scales).item() == oracles.f32(2.0**6 / 6)  # 448 * 2**6 / (6 * 448)
+    top = torch.tensor([[254]], dtype=torch.uint8)  # the bound 448 * 2**127 overflows float32 ...
+    assert fp8_rows_global_scale(top).item() == oracles.f32(2.0**127 / 6)  # ... the scale does not
+    # every FP8 block's amax lies within 6 * 448 * weight_scale_2: no block scale saturates
+    values, scales = _fp8_rows(8, 3, spread=2.0)
+    from sglang_ds41.formats import dequantize_fp8_rows
+
+    amax = dequantize_fp8_rows(values, scales, dtype=torch.float64).abs().max()
+    assert amax <= 6 * 448 * fp8_rows_global_scale(scales).double() * (1 + 1e-7)
+
+
+def test_mse_picks_a_neighbouring_scale_when_it_fits_better():
+    # ws2 = 1, block [6.5, 1.0 x 15]: ModelOpt's scale e4m3(6.5 / 6 = 1.083) = 1.125 (0x39)
+    # divides 1.0 into 0.889 -> 1 (err 0.125**2 each, 15x) and 6.5 into 5.78 -> 6 (6.75: err 0.0625);
+    # scale 1.0 (0x38) holds every 1.0 exactly and clips 6.5 to 6 (err 0.25): 0.25 < 0.297.
+    w = torch.tensor([[6.5] + [1.0] * 15])
+    _, modelopt_scale, _ = quantize_nvfp4(w, torch.tensor(1.0), scale_rule="modelopt")
+    weight, mse_scale, ws2 = quantize_nvfp4(w, torch.tensor(1.0), scale_rule="mse")
+    assert modelopt_scale.view(torch.uint8).item() == 0x39 and mse_scale.view(torch.uint8).item() == 0x38
+    assert dequantize_nvfp4(weight, mse_scale, ws2, torch.float32)[0, :2].tolist() == [6.0, 1.0]
+
+
+def test_unknown_nvfp4_scale_rule_is_refused():
+    with pytest.raises(FormatError, match=r"unknown scale rule 'ocp'; expected one of \['modelopt', 'mse'\]"):
+        quantize_nvfp4(torch.ones(1, 16), scale_rule="ocp")
