@@ -62,7 +62,7 @@ def load_checkpoint(
                 pin=False,
                 head_dim=text.engram_head_dim,
             )
-            used.update((f"{prefix}.embed.weight", f"{prefix}.embed.scale"))
+            used.update(engram.table.tensor_names)
         require_all_used(ckpt, used, "the backend")
         return sorted(used)
     finally:

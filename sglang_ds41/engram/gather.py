@@ -1,10 +1,12 @@
 """Gather + dequantise Engram table rows to bf16 (MODEL.md §5.6 step 1, §8.4).
 
 Storage: each row is kept as one contiguous run of bytes — the quantised values followed by
-the row's E8M0 scale bytes (one per 32 columns; 8 for the official head_dim of 256):
+the row's scale bytes (8 or 16 for the official head_dim of 256):
 
-    FP8   : 256 B of E4M3 + 8 B of E8M0 = 264 B per row
+    FP8   : 256 B of E4M3 + 8 B of E8M0 (one per 32 columns) = 264 B per row
     MXFP4 : 128 B of packed E2M1 (low nibble = even column) + 8 B of E8M0 = 136 B per row
+    NVFP4 : 128 B of packed E2M1 + 16 B of E4M3 (one per 16 columns) = 144 B per row, and one
+            float32 global scale per table (`TableFormat.global_scale`)
 
 so a lookup is one `index_select` of whole rows (one random memory access per row, not two)
 followed by a decode that touches only the gathered bytes.
@@ -14,12 +16,17 @@ result is fixed, so a 256 x 256 table gives the finished bf16 value(s) in one ga
 separate bf16 multiply, which on CPU costs as much as the gather itself. Every entry is
 computed in float64 and rounded once to bf16; since e2m1 / e4m3 values have at most 4
 significant bits, `value * 2**(scale - 127)` is exact in bf16 except where it overflows or
-leaves bf16's subnormal range, i.e. the same result as dequantising in fp32 and casting.
+leaves bf16's subnormal range, i.e. the same result as dequantising in fp32 and casting. NVFP4
+entries are formed as its decoders form them (`formats.dequantize_nvfp4`): the float32 product
+of the E4M3 scale and the table's global scale, times the E2M1 value in float32, then rounded
+to bf16, so a lookup equals that dequantisation bit for bit. The global scale makes an NVFP4
+table's decode table its own (cached per value).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from functools import cache
 
@@ -28,28 +35,42 @@ import torch
 from sglang_ds41.errors import Ds41Error
 
 HEAD_DIM = 256  # values per row of the official tables (engram_head_dim)
-SCALE_BLOCK = 32  # columns per E8M0 scale
+SCALE_BLOCK = 32  # columns per E8M0 scale (FP8, MXFP4)
+NV_SCALE_BLOCK = 16  # columns per E4M3 scale (NVFP4)
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 class Quant(enum.Enum):
-    FP8 = "fp8"  # E4M3 values, one byte each
-    MXFP4 = "mxfp4"  # E2M1 codes, two per byte
+    FP8 = "fp8"  # E4M3 values, one byte each; E8M0 per 32
+    MXFP4 = "mxfp4"  # E2M1 codes, two per byte; E8M0 per 32
+    NVFP4 = "nvfp4"  # E2M1 codes, two per byte; E4M3 per 16, float32 per table
 
 
 @dataclass(frozen=True)
 class TableFormat:
-    """How one table row is stored: `value_bytes` of values, then `scale_bytes` E8M0 scales."""
+    """How one table row is stored: `value_bytes` of values, then `scale_bytes` scales; NVFP4
+    tables also carry their float32 `global_scale` (``weight_scale_2``)."""
 
     quant: Quant
     head_dim: int = HEAD_DIM
+    global_scale: float | None = None
 
     def __post_init__(self) -> None:
         if self.head_dim <= 0 or self.head_dim % SCALE_BLOCK:
             raise Ds41Error(
                 f"Engram head_dim must be a positive multiple of {SCALE_BLOCK}, got {self.head_dim}"
             )
+        nvfp4, ws2 = self.quant is Quant.NVFP4, self.global_scale
+        if nvfp4 != (ws2 is not None):
+            need = "needs its float32 global scale" if nvfp4 else "has no global scale"
+            raise Ds41Error(f"Engram {self.quant.value} table format {need}, got global_scale={ws2!r}")
+        if ws2 is not None and not (math.isfinite(ws2) and ws2 >= 0):
+            raise Ds41Error(f"NVFP4 Engram table: global scale must be finite and >= 0, got {ws2!r}")
+
+    @property
+    def scale_block(self) -> int:
+        return NV_SCALE_BLOCK if self.quant is Quant.NVFP4 else SCALE_BLOCK
 
     @property
     def value_bytes(self) -> int:
@@ -57,11 +78,11 @@ class TableFormat:
 
     @property
     def scale_bytes(self) -> int:
-        return self.head_dim // SCALE_BLOCK
+        return self.head_dim // self.scale_block
 
     @property
     def row_bytes(self) -> int:
-        """264 (FP8) or 136 (MXFP4) for head_dim 256."""
+        """264 (FP8), 136 (MXFP4) or 144 (NVFP4) for head_dim 256."""
         return self.value_bytes + self.scale_bytes
 
 
@@ -93,31 +114,36 @@ def e8m0_value(byte: int) -> float:
 
 
 @cache
-def _decode_table_cpu(quant: Quant) -> torch.Tensor:
+def _decode_table_cpu(quant: Quant, global_scale: float | None = None) -> torch.Tensor:
     """Flat table indexed by `scale_byte * 256 + value_byte`.
 
-    FP8: one bf16 per entry (stored as int16). MXFP4: the two bf16 values of the byte's
+    FP8: one bf16 per entry (stored as int16). MXFP4 / NVFP4: the two bf16 values of the byte's
     (low, high) nibbles, stored together as one int32 so that one gather yields both.
     """
+    codes = torch.arange(256)
+    nibbles = torch.tensor([e2m1_value(c) for c in range(16)], dtype=torch.float64)
+    pairs = torch.stack([nibbles[codes & 15], nibbles[codes >> 4]], dim=-1)  # [256, 2]
+    if quant is Quant.NVFP4:
+        e4m3 = torch.tensor([e4m3_value(b) for b in range(256)], dtype=torch.float32)
+        block_scale = e4m3 * torch.tensor(global_scale, dtype=torch.float32)  # float32, as decoders do
+        table = (block_scale[:, None, None] * pairs.float()[None]).to(torch.bfloat16)  # [256, 256, 2]
+        return table.contiguous().view(torch.int32).reshape(-1)
     scales = torch.tensor([e8m0_value(s) for s in range(256)], dtype=torch.float64)
     if quant is Quant.FP8:
         values = torch.tensor([e4m3_value(b) for b in range(256)], dtype=torch.float64)
         table = (scales[:, None] * values[None, :]).to(torch.bfloat16)  # [256, 256]
         return table.view(torch.int16).reshape(-1)
-    codes = torch.arange(256)
-    nibbles = torch.tensor([e2m1_value(c) for c in range(16)], dtype=torch.float64)
-    pairs = torch.stack([nibbles[codes & 15], nibbles[codes >> 4]], dim=-1)  # [256, 2]
     table = (scales[:, None, None] * pairs[None]).to(torch.bfloat16)  # [256, 256, 2]
     return table.contiguous().view(torch.int32).reshape(-1)
 
 
-_DEVICE_TABLES: dict[tuple[Quant, torch.device], torch.Tensor] = {}
+_DEVICE_TABLES: dict[tuple[Quant, float | None, torch.device], torch.Tensor] = {}
 
 
-def decode_table(quant: Quant, device: torch.device) -> torch.Tensor:
-    key = (quant, device)
+def decode_table(fmt: TableFormat, device: torch.device) -> torch.Tensor:
+    key = (fmt.quant, fmt.global_scale, device)
     if key not in _DEVICE_TABLES:
-        _DEVICE_TABLES[key] = _decode_table_cpu(quant).to(device)
+        _DEVICE_TABLES[key] = _decode_table_cpu(fmt.quant, fmt.global_scale).to(device)
     return _DEVICE_TABLES[key]
 
 
@@ -144,7 +170,7 @@ GATHER_CHUNK_ROWS = 8192
 def _decode_into(rows: torch.Tensor, fmt: TableFormat, table: torch.Tensor, out_words: torch.Tensor) -> None:
     """Decode packed rows `[m, row_bytes]` into `out_words`, the bf16 output viewed as `table.dtype`."""
     m, nv, nb = rows.shape[0], fmt.value_bytes, fmt.scale_bytes
-    # index = scale_byte * 256 + value_byte; 32 (FP8) or 16 (MXFP4) value bytes share a scale
+    # index = scale_byte * 256 + value_byte; 32 (FP8), 16 (MXFP4) or 8 (NVFP4) value bytes share a scale
     index = rows[:, :nv].to(torch.int32).view(m, nb, nv // nb)
     index |= (rows[:, nv:].to(torch.int32) << 8).unsqueeze(-1)
     torch.index_select(table, 0, index.view(-1), out=out_words.view(-1))
@@ -152,7 +178,7 @@ def _decode_into(rows: torch.Tensor, fmt: TableFormat, table: torch.Tensor, out_
 
 def dequantize_packed(rows: torch.Tensor, fmt: TableFormat) -> torch.Tensor:
     """Packed rows `[M, row_bytes]` uint8 -> bf16 `[M, head_dim]`."""
-    table = decode_table(fmt.quant, rows.device)
+    table = decode_table(fmt, rows.device)
     out = torch.empty((rows.shape[0], fmt.head_dim), dtype=torch.bfloat16, device=rows.device)
     _decode_into(rows, fmt, table, out.view(table.dtype))
     return out
@@ -160,7 +186,7 @@ def dequantize_packed(rows: torch.Tensor, fmt: TableFormat) -> torch.Tensor:
 
 def gather_dequantize(packed: torch.Tensor, rows: torch.Tensor, fmt: TableFormat) -> torch.Tensor:
     """bf16 `[len(rows), head_dim]` for local row indices `rows` (int64, all in range) of `packed`."""
-    table = decode_table(fmt.quant, packed.device)
+    table = decode_table(fmt, packed.device)
     m = rows.shape[0]
     out = torch.empty((m, fmt.head_dim), dtype=torch.bfloat16, device=packed.device)
     words = out.view(table.dtype)

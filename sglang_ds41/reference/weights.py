@@ -127,6 +127,6 @@ def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | No
         model.layers[layer].engram_table = EngramTable.from_safetensors(
             ckpt.root, prefix, pin=False, head_dim=text.engram_head_dim
         )
-        used.update((f"{prefix}.embed.weight", f"{prefix}.embed.scale"))
+        used.update(model.layers[layer].engram_table.tensor_names)
     require_all_used(ckpt, used, "the reference model")
     return model.requires_grad_(False).eval()

@@ -1,4 +1,5 @@
-"""Engram table store: format detection, safetensors loading, gather + dequant, TP row shards."""
+"""Engram table store: format detection, safetensors loading, gather + dequant, TP row shards
+(FP8, MXFP4 and NVFP4 tables; U8 and I8 codes)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from sglang_ds41.errors import Ds41Error
 
 PREFIX = "layers.1.engram"
 W, S = f"{PREFIX}.embed.weight", f"{PREFIX}.embed.scale"
+WS, WS2 = f"{PREFIX}.embed.weight_scale", f"{PREFIX}.embed.weight_scale_2"
 
 # MODEL.md Appendix B, TINY layer 1: primes [61, 67, 71, 73, 79, 83] -> column boundaries
 TINY_STARTS = [0, 61, 128, 199, 272, 351, 434]
@@ -57,6 +59,43 @@ def oracle(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (values.view(rows, -1, 32) * pow2[:, :, None]).view(rows, width).to(torch.bfloat16)
 
 
+def random_nvfp4_table(rows: int, head_dim: int = 256, seed: int = 0, global_scale: float = 0.0123):
+    """Random codes, positive finite E4M3 block scales, a float32 global scale."""
+    gen = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 256, (rows, head_dim // 2), generator=gen, dtype=torch.uint8)
+    scale = torch.randint(0, 0x7F, (rows, head_dim // 16), generator=gen, dtype=torch.uint8)
+    return codes, scale.view(torch.float8_e4m3fn), torch.tensor(global_scale, dtype=torch.float32)
+
+
+def nvfp4_oracle(codes: torch.Tensor, scale: torch.Tensor, global_scale: torch.Tensor) -> torch.Tensor:
+    """ModelOpt's NVFP4 decode, per value in float32 (E4M3 from its bits, written here): the two
+    scales multiplied first, then the E2M1 value; then bf16."""
+    b = scale.view(torch.uint8).to(torch.int64)
+    e, m = (b >> 3) & 15, b & 7
+    e4m3 = torch.where(e == 0, m * 2.0**-9, (1 + m / 8) * torch.pow(2.0, e - 7)).float()
+    block = e4m3 * global_scale.float()  # float32 product
+    c = codes.view(torch.uint8).to(torch.int64)
+    nibbles = torch.stack([c & 15, c >> 4], dim=-1).reshape(c.shape[0], -1)
+    values = torch.tensor(E2M1 + [-v for v in E2M1], dtype=torch.float32)[nibbles]
+    rows, width = values.shape
+    return (values.view(rows, -1, 16) * block[:, :, None]).view(rows, width).to(torch.bfloat16)
+
+
+def table_tensors(quant: Quant, rows: int, head_dim: int = 256, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A random table's checkpoint tensors under their names."""
+    if quant is Quant.NVFP4:
+        codes, scale, ws2 = random_nvfp4_table(rows, head_dim, seed)
+        return {W: codes, WS: scale, WS2: ws2}
+    weight, scale = random_table(quant, rows, head_dim, seed)
+    return {W: weight, S: scale}
+
+
+def tensors_oracle(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    if WS in tensors:
+        return nvfp4_oracle(tensors[W], tensors[WS], tensors[WS2])
+    return oracle(tensors[W], tensors[S])
+
+
 def write(path, tensors):
     save_file(tensors, str(path))
     return path
@@ -65,16 +104,41 @@ def write(path, tensors):
 # ---- format detection -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("quant", [Quant.FP8, Quant.MXFP4])
+@pytest.mark.parametrize("quant", list(Quant))
 def test_lookup_equals_independent_dequantisation(tmp_path, quant):
-    weight, scale = random_table(quant, 434)
-    table = EngramTable.from_safetensors(write(tmp_path / "t.safetensors", {W: weight, S: scale}), PREFIX)
+    tensors = table_tensors(quant, 434)
+    table = EngramTable.from_safetensors(write(tmp_path / "t.safetensors", tensors), PREFIX)
     assert table.fmt.quant is quant
-    assert table.fmt.row_bytes == {Quant.FP8: 264, Quant.MXFP4: 136}[quant]
+    assert table.fmt.row_bytes == {Quant.FP8: 264, Quant.MXFP4: 136, Quant.NVFP4: 144}[quant]
+    assert set(table.tensor_names) == set(tensors)
     ids = torch.randint(0, 434, (3, 7, 24))
     got = table.lookup(ids)
     assert got.dtype == torch.bfloat16 and got.shape == (3, 7, 24, 256)
-    assert torch.equal(got, oracle(weight, scale)[ids])
+    assert torch.equal(got, tensors_oracle(tensors)[ids])
+
+
+def test_nvfp4_lookup_agrees_with_formats_package_and_its_global_scale_may_be_1d(tmp_path):
+    from sglang_ds41.formats import dequantize_nvfp4
+
+    codes, scale, ws2 = random_nvfp4_table(61, seed=8, global_scale=3.1e-5)
+    want = dequantize_nvfp4(codes, scale, ws2, dtype=torch.bfloat16)
+    table = EngramTable.from_tensors(codes, scale, global_scale=ws2)
+    assert torch.equal(table.lookup(torch.arange(61)), want)
+    path = write(tmp_path / "t.safetensors", {W: codes.view(torch.int8), WS: scale, WS2: ws2.reshape(1)})
+    table = EngramTable.from_safetensors(path, PREFIX)  # I8 codes, [1]-shaped global scale
+    assert table.fmt.global_scale == ws2.item()
+    assert torch.equal(table.lookup(torch.arange(61)), want)
+
+
+def test_hand_computed_nvfp4_row():
+    # codes 0x9A -> -1.0 (col 0), -0.5 (col 1); scale byte 0x40 = 2.0 (cols 0-15), 0x30 = 0.5
+    # (cols 16-31); global 0.25: block scales 0.5 and 0.125. Byte 8 = 0x7F -> -6, +6 -> x0.125.
+    codes = torch.zeros(1, 16, dtype=torch.uint8)
+    codes[0, 0], codes[0, 8] = 0x9A, 0x7F
+    scale = torch.tensor([[0x40, 0x30]], dtype=torch.uint8).view(torch.float8_e4m3fn)
+    row = EngramTable.from_tensors(codes, scale, head_dim=32, global_scale=0.25).lookup(torch.tensor([0]))[0]
+    assert row[:2].tolist() == [-0.5, -0.25] and row[16:18].tolist() == [-0.75, 0.75]
+    assert not row[2:16].any() and not row[18:].any()
 
 
 def test_lookup_agrees_with_formats_package():
@@ -113,10 +177,10 @@ def test_hand_computed_mxfp4_row():
 
 def test_tiny_head_dim_tables(tmp_path):
     for quant in Quant:
-        weight, scale = random_table(quant, 434, head_dim=32, seed=5)
-        path = write(tmp_path / f"{quant.value}.safetensors", {W: weight, S: scale})
+        tensors = table_tensors(quant, 434, head_dim=32, seed=5)
+        path = write(tmp_path / f"{quant.value}.safetensors", tensors)
         table = EngramTable.from_safetensors(path, PREFIX, TINY_STARTS, head_dim=32)
-        assert torch.equal(table.lookup(torch.arange(434)), oracle(weight, scale))
+        assert torch.equal(table.lookup(torch.arange(434)), tensors_oracle(tensors))
 
 
 @pytest.mark.parametrize(
@@ -143,13 +207,39 @@ def test_bad_scale_names_the_scale_tensor(tmp_path):
         EngramTable.from_safetensors(path, PREFIX)
 
 
-def test_missing_and_nvfp4_tables_fail_clearly(tmp_path):
-    weight, _ = random_table(Quant.MXFP4, 8)
-    nv = {W: weight, f"{PREFIX}.embed.weight_scale": torch.zeros(8, 16).to(torch.float8_e4m3fn)}
-    with pytest.raises(EngramTableError, match="NVFP4"):
-        EngramTable.from_safetensors(write(tmp_path / "nv.safetensors", nv), PREFIX)
+def test_missing_and_incomplete_tables_fail_clearly(tmp_path):
+    codes, scale, ws2 = random_nvfp4_table(8)
+    half = write(tmp_path / "half.safetensors", {W: codes, WS: scale})
+    with pytest.raises(EngramTableError, match=r"weight_scale_2' not found .*: an NVFP4 table needs it"):
+        EngramTable.from_safetensors(half, PREFIX)
     with pytest.raises(EngramTableError, match=r"layers\.14\.engram\.embed\.weight"):
-        EngramTable.from_safetensors(tmp_path / "nv.safetensors", "layers.14.engram")
+        EngramTable.from_safetensors(half, "layers.14.engram")
+    only_weight = write(tmp_path / "w.safetensors", {W: codes})
+    with pytest.raises(EngramTableError, match=r"embed\.scale' \(FP8, MXFP4\) or .*_2' \(NVFP4\)"):
+        EngramTable.from_safetensors(only_weight, PREFIX)
+    mx_scale = torch.zeros(8, 8, dtype=torch.uint8)
+    both = write(tmp_path / "both.safetensors", {W: codes, S: mx_scale, WS: scale, WS2: ws2})
+    with pytest.raises(EngramTableError, match="both an MXFP4/FP8 scale"):
+        EngramTable.from_safetensors(both, PREFIX)
+
+
+@pytest.mark.parametrize(
+    ("tensors", "fragment"),
+    [
+        ({WS2: torch.tensor(0.5, dtype=torch.bfloat16)}, r"_scale_2'.*expected F32 \[\].*got BF16 \[\]"),
+        ({WS2: torch.ones(2)}, r"weight_scale_2'.*got F32 \[2\]"),
+        ({WS2: torch.tensor(float("inf"))}, r"weight_scale_2'.*finite float32 global scale .*got inf"),
+        (
+            {WS: torch.zeros(8, 8).to(torch.float8_e4m3fn)},
+            r"weight_scale'.*expected F8_E4M3 \[8, 16\].*got F8_E4M3 \[8, 8\]",
+        ),
+    ],
+)
+def test_bad_nvfp4_scales_name_the_tensor(tmp_path, tensors, fragment):
+    codes, scale, ws2 = random_nvfp4_table(8)
+    path = write(tmp_path / "t.safetensors", {W: codes, WS: scale, WS2: ws2} | tensors)
+    with pytest.raises(EngramTableError, match=fragment):
+        EngramTable.from_safetensors(path, PREFIX)
 
 
 def test_out_of_range_ids_fail():
@@ -186,11 +276,10 @@ def test_official_shards_follow_section_9_2():
     assert shard_boundaries(rows, 5, OFFICIAL_STARTS) == [rows * r // 5 for r in range(6)]
 
 
-@pytest.mark.parametrize("quant", [Quant.FP8, Quant.MXFP4])
+@pytest.mark.parametrize("quant", list(Quant))
 @pytest.mark.parametrize("tp", [1, 2, 3, 4, 8])
 def test_tp_shards_partition_rows_and_sum_exactly(tmp_path, quant, tp):
-    weight, scale = random_table(quant, 434, seed=tp)
-    path = write(tmp_path / "t.safetensors", {W: weight, S: scale})
+    path = write(tmp_path / "t.safetensors", table_tensors(quant, 434, seed=tp))
     ids = torch.cat([torch.arange(434), torch.randint(0, 434, (200,))]).view(2, -1)
     full = EngramTable.from_safetensors(path, PREFIX, TINY_STARTS).lookup(ids)
     shards = [EngramTable.from_safetensors(path, PREFIX, TINY_STARTS, r, tp) for r in range(tp)]
@@ -308,30 +397,34 @@ def test_pinning_follows_cuda_availability(monkeypatch):
     assert calls == [True, False]
 
 
-@pytest.mark.parametrize("quant", [Quant.FP8, Quant.MXFP4])
+@pytest.mark.parametrize("quant", list(Quant))
 def test_lookup_across_gather_chunks(monkeypatch, quant):
     from sglang_ds41.engram import gather
 
     monkeypatch.setattr(gather, "GATHER_CHUNK_ROWS", 7)
-    weight, scale = random_table(quant, 434, seed=9)
+    tensors = table_tensors(quant, 434, seed=9)
+    weight, scale, *ws2 = tensors.values()
     ids = torch.randint(0, 434, (5, 24))  # 120 rows = 17 full chunks + 1 partial
     for tp_rank in range(2):
-        table = EngramTable.from_tensors(weight, scale, TINY_STARTS, tp_rank, 2)
-        want = torch.where(table.owns(ids)[..., None], oracle(weight, scale)[ids], 0)
+        global_scale = ws2[0] if ws2 else None
+        table = EngramTable.from_tensors(weight, scale, TINY_STARTS, tp_rank, 2, global_scale=global_scale)
+        want = torch.where(table.owns(ids)[..., None], tensors_oracle(tensors)[ids], 0)
         assert torch.equal(table.lookup(ids), want.to(torch.bfloat16))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("quant", [Quant.FP8, Quant.MXFP4])
+@pytest.mark.parametrize("quant", list(Quant))
 @pytest.mark.parametrize("head_dim", [256, 32])
 def test_gpu_kernel_agrees_with_torch_path(quant, head_dim):
     from sglang_ds41.engram import gather_triton
 
     assert gather_triton.available()
-    weight, scale = random_table(quant, 434, head_dim=head_dim, seed=11)
+    weight, scale, *ws2 = table_tensors(quant, 434, head_dim=head_dim, seed=11).values()
     ids = torch.randint(0, 434, (9, 24))
     for tp_rank, tp_size in ((0, 1), (1, 2), (3, 4)):
-        table = EngramTable.from_tensors(weight, scale, TINY_STARTS, tp_rank, tp_size, head_dim=head_dim)
+        table = EngramTable.from_tensors(
+            weight, scale, TINY_STARTS, tp_rank, tp_size, head_dim=head_dim, global_scale=(ws2 or [None])[0]
+        )
         assert table.packed.is_pinned()
         want = table.lookup(ids)  # CPU ids: torch path
         assert torch.equal(table.lookup(ids.cuda()).cpu(), want)  # pinned host table
@@ -348,18 +441,27 @@ def test_gpu_kernel_in_triton_interpreter_agrees_with_torch_path():
         from sglang_ds41.engram import gather_triton
         from sglang_ds41.engram.gather import Quant
         from sglang_ds41.engram.table import EngramTable
-        from tests.engram.test_table import TINY_STARTS, random_table
+        from tests.engram.test_table import TINY_STARTS, table_tensors
 
         for quant in Quant:
             for head_dim in (256, 96):
-                weight, scale = random_table(quant, 434, head_dim=head_dim, seed=12)
+                weight, scale, *ws2 = table_tensors(quant, 434, head_dim=head_dim, seed=12).values()
                 ids = torch.randint(0, 434, (40,))
                 for rank, size in ((0, 1), (3, 4)):
-                    t = EngramTable.from_tensors(weight, scale, TINY_STARTS, rank, size, head_dim=head_dim)
+                    t = EngramTable.from_tensors(
+                        weight, scale, TINY_STARTS, rank, size, head_dim=head_dim,
+                        global_scale=(ws2 or [None])[0],
+                    )
                     got = gather_triton.gather_dequantize_gpu(
                         t.packed, ids, t.fmt, t.shard.start, t.shard.num_rows
                     )
                     assert torch.equal(got, t.lookup(ids)), (quant, head_dim, rank, size)
+        # subnormal bf16 results: E8M0 scale bytes 0..2 under every MXFP4 code
+        codes = torch.randint(0, 256, (64, 128), dtype=torch.uint8)
+        low = torch.randint(0, 3, (64, 8), dtype=torch.uint8).view(torch.float8_e8m0fnu)
+        t = EngramTable.from_tensors(codes, low)
+        got = gather_triton.gather_dequantize_gpu(t.packed, torch.arange(64), t.fmt, 0, 64)
+        assert torch.equal(got, t.lookup(torch.arange(64)))
         print("ok")
         """
     )
