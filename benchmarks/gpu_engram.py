@@ -1,0 +1,423 @@
+"""Engram gather on a GPU: MXFP4 (ours) vs FP8 (upstream's kernel) from real-size per-rank tables.
+
+    python benchmarks/gpu_engram.py [--out DIR] [--upstream-kernel PATH] [--rows N] [--quick]
+    python benchmarks/gpu_engram.py --smoke        # CPU: tiny sizes, Triton interpreter
+
+Needs only torch, triton, numpy and this repository (`PYTHONPATH=.`); no SGLang (the GPU
+machines this is run on have none). `scripts/gpu_check.sh` runs it in one go. Parts:
+
+1. **Correctness on the GPU**: the split-layout MXFP4 kernel (`engram.split_gather`, what the
+   SGLang plugin uses) against the CPU torch decode, bit for bit, on a table holding every
+   (code byte, scale byte) pair, with ids outside the shard, sorted and unsorted, from device
+   memory and from registered host memory; the packed-row kernels (`engram.gather_triton`) too.
+2. **Lookup time** per call, CUDA events, median over rotating random id sets (so rows are not
+   served from L2): a decode step (batch 1 / 32 / 128 tokens x 24 rows) and an 8k-token prefill
+   chunk (8192 x 24 rows), from one TP=4 rank's layer-1 shard (96,000,564 rows: 12.16 GiB MXFP4,
+   23.60 GiB FP8) in device memory, in torch-pinned host memory (its allocator rounds up to a
+   power of two) and in mmap + cudaHostRegister host memory (the exact size, as upstream's
+   host table), ids sorted (`sort_ids`) and unsorted. The FP8 peer is upstream SGLang 0.5.23's
+   own `engram_gather` kernel, loaded from a copy of its file (`--upstream-kernel`, never part of
+   this repository); without it the FP8 rows use the project's packed FP8 kernel. The packed
+   (one 136 / 264 B run per row) layout is measured beside the split one, to decide whether it
+   is worth keeping two layouts.
+3. **CUDA graphs**: capture of the MXFP4 gather (sorted and unsorted), replay == eager, replay time.
+
+Writes `gpu_engram.json` (under `--out`, default benchmarks/results/) and prints a table with
+the MXFP4 / FP8 time ratio per mode (goal: <= 1 everywhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import mmap
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if "--smoke" in sys.argv:  # must precede the triton import
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+
+from sglang_ds41.engram import gather_triton
+from sglang_ds41.engram.gather import FP8, MXFP4
+from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DIM = 256  # official engram_head_dim
+ROWS_PER_TOKEN = 24  # hash columns of one Engram layer
+RANK_ROWS = 96_000_564  # TP=4 rank 0 of layer 1 (MODEL.md §9.2)
+DECODE_BATCHES = (1, 32, 128)
+PREFILL_TOKENS = 8192
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+
+class Table:
+    """One table in one memory kind: the raw bytes, split (values then scales) or packed rows."""
+
+    def __init__(self, fmt: str, layout: str, rows: int, memory: str, device: torch.device):
+        self.fmt, self.layout, self.rows, self.memory = fmt, layout, rows, memory
+        self.value_bytes = DIM // 2 if fmt == "mxfp4" else DIM
+        self.scale_bytes = DIM // 32
+        self.nbytes = rows * (self.value_bytes + self.scale_bytes)
+        self._mm = None
+        self.registered = False
+        if memory == "device":
+            self.bytes = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        elif memory == "torch_pinned":
+            self.bytes = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        elif memory == "host_registered":
+            self._mm = mmap.mmap(-1, self.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                self._mm.madvise(mmap.MADV_HUGEPAGE)
+            self.bytes = torch.frombuffer(self._mm, dtype=torch.uint8)
+        else:
+            raise ValueError(memory)
+        fill_random(self.bytes, device, self.scale_region())
+        if memory == "host_registered" and device.type == "cuda":
+            err = torch.cuda.cudart().cudaHostRegister(self.bytes.data_ptr(), self.nbytes, 0)
+            if int(err) != 0:
+                raise RuntimeError(f"cudaHostRegister({self.nbytes} bytes) failed: {err}")
+            self.registered = True
+
+    def scale_region(self) -> tuple[int, int, int]:
+        """(offset, stride, count) of scale bytes, so the fill keeps them finite (no 255)."""
+        if self.layout == "split":
+            return self.rows * self.value_bytes, 1, self.rows * self.scale_bytes
+        return self.value_bytes, self.value_bytes + self.scale_bytes, self.rows
+
+    def close(self) -> None:
+        if self.registered:
+            torch.cuda.cudart().cudaHostUnregister(self.bytes.data_ptr())
+            self.registered = False
+        del self.bytes
+        if self._mm is not None:
+            self._mm.close()
+
+    @property
+    def pointers(self) -> tuple[int, int]:
+        base = self.bytes.data_ptr()
+        return base, base + self.rows * self.value_bytes
+
+    def packed_view(self) -> torch.Tensor:
+        return self.bytes.view(self.rows, self.value_bytes + self.scale_bytes)
+
+
+def fill_random(buffer: torch.Tensor, device: torch.device, scale_region: tuple[int, int, int]) -> None:
+    """Random bytes, generated on the device in 1 GiB pieces and copied where the buffer lives;
+    scale bytes in 100..150 so no row decodes to inf/NaN."""
+    step = 1 << 30
+    gen = torch.Generator(device=device).manual_seed(0)
+    for a in range(0, buffer.numel(), step):
+        b = min(a + step, buffer.numel())
+        chunk = torch.randint(0, 256, (b - a,), dtype=torch.uint8, device=device, generator=gen)
+        buffer[a:b].copy_(chunk)
+    offset, stride, count = scale_region
+    if stride == 1:
+        region = buffer[offset : offset + count]
+        region.copy_((region.to(device) % 51 + 100).to(region.device))
+    else:
+        view = buffer.view(-1, stride)[:, offset:]
+        view.copy_((view.to(device) % 51 + 100).to(view.device))
+
+
+# ---- kernels --------------------------------------------------------------------------------
+
+
+def load_upstream_fp8(path: str | None):
+    """Upstream's `engram_gather` (FP8 split layout) from a copy of its source file, or None."""
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("upstream_engram_gather", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.engram_gather
+
+
+def gather_fn(table: Table, upstream_fp8, sort_ids: bool):
+    """A function ids -> out for this table, or None where no kernel covers the combination."""
+    if table.layout == "split":
+        w, s = table.pointers
+        if table.fmt == "mxfp4":
+            return lambda ids, out: mxfp4_gather(w, s, ids, out, DIM, row_hi=table.rows, sort_ids=sort_ids)
+        if upstream_fp8 is None:
+            return None
+        return lambda ids, out: upstream_fp8(w, s, ids, out, DIM, 32, row_hi=table.rows, sort_ids=sort_ids)
+    fmt = MXFP4 if table.fmt == "mxfp4" else FP8
+    packed = table.packed_view()
+
+    def packed_gather(ids, out):
+        if sort_ids:  # the packed kernel has no sort: sort here, write back in order
+            ids, dst = torch.sort(ids)
+            out[dst] = gather_triton.gather_dequantize_gpu(packed, ids, fmt, 0, table.rows)
+            return out
+        out.copy_(gather_triton.gather_dequantize_gpu(packed, ids, fmt, 0, table.rows))
+        return out
+
+    return packed_gather
+
+
+# ---- timing ---------------------------------------------------------------------------------
+
+
+def time_calls(fn, id_sets: list[torch.Tensor], out: torch.Tensor, repeats: int) -> float:
+    """Median milliseconds per call, over `repeats` calls cycling through `id_sets`."""
+    for ids in id_sets[:3]:
+        fn(ids, out)  # warm-up (compile, first touch)
+    if out.device.type != "cuda":
+        samples = []
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            fn(id_sets[i % len(id_sets)], out)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples = []
+    for i in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(id_sets[i % len(id_sets)], out)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def id_sets(rows: int, n: int, count: int, device: torch.device) -> list[torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(n)
+    return [torch.randint(0, rows, (n,), device=device, generator=gen) for _ in range(count)]
+
+
+# ---- correctness ----------------------------------------------------------------------------
+
+
+def every_pair_table() -> tuple[torch.Tensor, torch.Tensor]:
+    """Split MXFP4 rows holding every code byte under every scale byte (DIM 256: 2 rows each)."""
+    codes = torch.arange(256, dtype=torch.uint8).view(2, 128)
+    weight = codes.repeat(256, 1)
+    scale = torch.arange(256, dtype=torch.uint8).repeat_interleave(2)[:, None].expand(-1, DIM // 32)
+    return weight.contiguous(), scale.contiguous().view(torch.float8_e8m0fnu)
+
+
+def check_correctness(device: torch.device, upstream_fp8) -> dict[str, object]:
+    weight, scale = every_pair_table()
+    rows = weight.shape[0]
+    results: dict[str, object] = {}
+    row_lo = 5
+    ids_cpu = torch.cat([torch.arange(row_lo - 3, row_lo + rows + 3), torch.randint(0, rows + 10, (200,))])
+    if device.type != "cuda":  # the interpreter is slow: every scale byte, fewer ids
+        ids_cpu = torch.arange(row_lo - 3, row_lo + rows + 3)
+    local = ids_cpu - row_lo
+    want = mxfp4_rows(weight, scale, local, (local >= 0) & (local < rows)).view(torch.int16)
+    placements = {"device": (weight.to(device), scale.to(device))}
+    if device.type == "cuda":
+        placements["pinned_host"] = (weight.pin_memory(), scale.pin_memory())
+    for where, (w, s) in placements.items():
+        for sort_ids in (False, True):
+            ids = ids_cpu.to(device)
+            out = torch.empty(ids.numel(), DIM, dtype=torch.bfloat16, device=device)
+            mxfp4_gather(w.data_ptr(), s.data_ptr(), ids, out, DIM, row_lo=row_lo, row_hi=row_lo + rows,
+                         sort_ids=sort_ids)  # fmt: skip
+            same = torch.equal(out.cpu().view(torch.int16), want)
+            results[f"mxfp4_split_{where}_{'sorted' if sort_ids else 'unsorted'}_bit_exact"] = same
+    # the packed-row kernels against their own torch path
+    from sglang_ds41.engram.table import EngramTable
+
+    gen = torch.Generator().manual_seed(1)
+    for name, values in (
+        ("mxfp4", torch.randint(0, 256, (300, DIM // 2), generator=gen, dtype=torch.uint8)),
+        ("fp8", (torch.randn(300, DIM, generator=gen) * 40).to(torch.float8_e4m3fn)),
+    ):
+        scales = torch.randint(110, 140, (300, DIM // 32), generator=gen, dtype=torch.uint8)
+        table = EngramTable.from_tensors(values, scales.view(torch.float8_e8m0fnu), pin=False)
+        ids = torch.randint(0, 300, (97,), generator=gen)
+        want_packed = table.lookup(ids)
+        fmt = MXFP4 if name == "mxfp4" else FP8
+        got = gather_triton.gather_dequantize_gpu(table.packed.to(device), ids.to(device), fmt, 0, 300)
+        results[f"{name}_packed_device_bit_exact"] = torch.equal(
+            got.cpu().view(torch.int16), want_packed.view(torch.int16)
+        )
+        if name == "fp8" and upstream_fp8 is not None:
+            w, s = values.to(device), scales.to(device)
+            out = torch.empty(97, DIM, dtype=torch.bfloat16, device=device)
+            upstream_fp8(w.data_ptr(), s.data_ptr(), ids.to(device), out, DIM, 32)
+            results["fp8_upstream_kernel_equals_project_fp8"] = torch.equal(
+                out.cpu().view(torch.int16), want_packed.view(torch.int16)
+            )
+    return results
+
+
+def check_graph(table: Table, device: torch.device) -> dict[str, object]:
+    """Capture the MXFP4 gather in a CUDA graph; replay with new ids == eager; replay time."""
+    if device.type != "cuda":
+        return {"skipped": "no CUDA device"}
+    n = 32 * ROWS_PER_TOKEN
+    result: dict[str, object] = {}
+    for sort_ids in (False, True):
+        fn = gather_fn(table, None, sort_ids)
+        static_ids = torch.randint(0, table.rows, (n,), device=device)
+        static_out = torch.empty(n, DIM, dtype=torch.bfloat16, device=device)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn(static_ids, static_out)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn(static_ids, static_out)
+        fresh = id_sets(table.rows, n, 16, device)
+        equal = True
+        for ids in fresh[:4]:
+            static_ids.copy_(ids)
+            graph.replay()
+            eager = torch.empty_like(static_out)
+            fn(ids, eager)
+            torch.cuda.synchronize()
+            equal &= torch.equal(static_out.view(torch.int16), eager.view(torch.int16))
+
+        def replay(ids, out, graph=graph, static_ids=static_ids):
+            static_ids.copy_(ids)
+            graph.replay()
+
+        key = "sorted" if sort_ids else "unsorted"
+        result[f"{key}_replay_equals_eager"] = bool(equal)
+        result[f"{key}_replay_ms_batch32"] = time_calls(replay, fresh, static_out, 50)
+        result[f"{key}_eager_ms_batch32"] = time_calls(fn, fresh, static_out, 50)
+    return result
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    device = torch.device("cpu" if args.smoke else "cuda")
+    upstream_fp8 = load_upstream_fp8(args.upstream_kernel)
+    rows = args.rows or (256 if args.smoke else RANK_ROWS)
+    report: dict[str, object] = {
+        "machine": {
+            "gpu": torch.cuda.get_device_name()
+            if device.type == "cuda"
+            else "none (smoke run, Triton interpreter)",
+            "torch": torch.__version__,
+            "triton": __import__("triton").__version__,
+            "python": platform.python_version(),
+        },
+        "rows": rows,
+        "fp8_peer": "upstream engram_gather (sglang 0.5.23)" if upstream_fp8 else "project packed FP8 kernel",
+    }
+    t0 = time.time()
+    report["correctness"] = check_correctness(device, upstream_fp8)
+    print("correctness:", json.dumps(report["correctness"]), f"({time.time() - t0:.0f} s)", flush=True)
+
+    # the smoke run only walks every code path: one tiny call of each kind
+    decode = (1,) if args.smoke else DECODE_BATCHES
+    batches = {f"decode_b{b}": b * ROWS_PER_TOKEN for b in decode}
+    batches["prefill_8k"] = (2 if args.smoke else PREFILL_TOKENS) * ROWS_PER_TOKEN
+    memories = ("device", "torch_pinned", "host_registered")
+    if args.quick:
+        memories = ("device", "host_registered")
+    timings: list[dict[str, object]] = []
+    graph_result: dict[str, object] | None = None
+    for memory in memories:
+        for fmt, layout in (("mxfp4", "split"), ("fp8", "split"), ("mxfp4", "packed"), ("fp8", "packed")):
+            if fmt == "fp8" and layout == "split" and upstream_fp8 is None:
+                continue
+            t1 = time.time()
+            try:
+                table = Table(fmt, layout, rows, memory, device)
+            except (RuntimeError, OSError) as error:
+                timings.append({"memory": memory, "format": fmt, "layout": layout, "error": str(error)})
+                print(f"{memory} {fmt} {layout}: {error}", flush=True)
+                continue
+            setup_s = time.time() - t1
+            for sort_ids in (False, True):
+                fn = gather_fn(table, upstream_fp8, sort_ids)
+                for name, n in batches.items():
+                    sets = id_sets(rows, n, 3 if args.smoke else 32, device)
+                    out = torch.empty(n, DIM, dtype=torch.bfloat16, device=device)
+                    repeats = 1 if args.smoke else (10 if name == "prefill_8k" else 50)
+                    ms = time_calls(fn, sets, out, repeats)
+                    timings.append({
+                        "memory": memory, "format": fmt, "layout": layout, "sorted": sort_ids,
+                        "call": name, "rows_per_call": n, "ms": ms,
+                        "table_gib": table.nbytes / 2**30, "setup_s": setup_s,
+                    })  # fmt: skip
+            if memory == "device" and fmt == "mxfp4" and layout == "split":
+                graph_result = check_graph(table, device)
+            table.close()
+            print(f"{memory} {fmt} {layout}: done in {time.time() - t1:.0f} s", flush=True)
+    report["timings"] = timings
+    report["cuda_graph"] = graph_result
+    report["ratios"] = ratios(timings)
+    return report
+
+
+def ratios(timings: list[dict[str, object]]) -> list[dict[str, object]]:
+    """MXFP4 / FP8 time for each (memory, layout, sorted, call); FP8 split = the upstream peer."""
+    by_key = {
+        (t["memory"], t["format"], t["layout"], t["sorted"], t["call"]): t["ms"] for t in timings if "ms" in t
+    }
+    out = []
+    for (memory, fmt, layout, sort_ids, call), ms in sorted(by_key.items(), key=str):
+        if fmt != "mxfp4":
+            continue
+        peer = by_key.get((memory, "fp8", "split", sort_ids, call)) or by_key.get(
+            (memory, "fp8", layout, sort_ids, call)
+        )
+        if peer:
+            out.append({"memory": memory, "layout": layout, "sorted": sort_ids, "call": call,
+                        "mxfp4_ms": ms, "fp8_ms": peer, "ratio": ms / peer})  # fmt: skip
+    return out
+
+
+def table_text(report: dict[str, object]) -> str:
+    lines = [
+        f"FP8 peer: {report['fp8_peer']}; rows per rank table: {report['rows']:,}",
+        "",
+        "| memory | MXFP4 layout | ids | call | MXFP4 ms | FP8 ms | MXFP4/FP8 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["ratios"]:
+        lines.append(
+            f"| {r['memory']} | {r['layout']} | {'sorted' if r['sorted'] else 'unsorted'} | {r['call']} | "
+            f"{r['mxfp4_ms']:.4f} | {r['fp8_ms']:.4f} | {r['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--upstream-kernel", help="a copy of sglang 0.5.23's kernels/ops/embeddings/engram_gather.py"
+    )
+    parser.add_argument("--rows", type=int, help=f"rows per table (default {RANK_ROWS:,}, one TP=4 rank)")
+    parser.add_argument(
+        "--quick", action="store_true", help="skip the torch-pinned tables (saves ~2 minutes)"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="CPU, tiny sizes, Triton interpreter (checks the script)"
+    )
+    args = parser.parse_args()
+    report = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / ("gpu_engram_smoke.json" if args.smoke else "gpu_engram.json")
+    path.write_text(json.dumps(report, indent=2))
+    print(table_text(report))
+    print(f"wrote {path}")
+    failed = [k for k, v in report["correctness"].items() if v is False]
+    if failed:
+        print("CORRECTNESS FAILURES:", failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
