@@ -13,6 +13,9 @@ Formats (`TensorSpec.format`) and the tensors of one quantised weight (`role`):
   ``.weight_scale_2`` and ``.input_scale`` (ModelOpt names).
 * ``engram_fp8`` / ``engram_mxfp4``: the Engram tables, ``embed.weight`` F8_E4M3 ``[rows, 256]``
   or U8 ``[rows, 128]``, + ``embed.scale`` E8M0 ``[rows, 8]`` (one scale per 32 columns of a row).
+* ``engram_nvfp4``: ``embed.weight`` U8 ``[rows, 128]`` + ``embed.weight_scale`` F8_E4M3
+  ``[rows, 16]`` + 0-d F32 ``embed.weight_scale_2`` (ModelOpt names; `formats/nvfp4.py`).
+  4-bit table codes may be stored as U8 or I8 (the same bytes; third-party releases use I8).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from sglang_ds41.config import ConfigError, QuantizationConfig, TextConfig, V41C
 BASE = "base"
 NVFP4 = "nvfp4"
 VARIANTS = (BASE, NVFP4)
-ENGRAM_FORMATS = ("fp8", "mxfp4")
+ENGRAM_FORMATS = ("fp8", "mxfp4", "nvfp4")
+_PACKED_FORMATS = ("mxfp4", "nvfp4", "engram_mxfp4", "engram_nvfp4")
 
 FP8_BLOCK = 32
 MX_BLOCK = 32
@@ -56,7 +60,7 @@ class TensorSpec:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    format: str  # bf16 | f32 | fp8 | mxfp4 | nvfp4 | engram_fp8 | engram_mxfp4
+    format: str  # bf16 | f32 | fp8 | mxfp4 | nvfp4 | engram_fp8 | engram_mxfp4 | engram_nvfp4
     role: str  # param | weight | scale | weight_scale | weight_scale_2 | input_scale
     group: str  # BACKBONE | ROUTED_EXPERTS | ENGRAM_TABLES | DSPARK | VISION
 
@@ -71,13 +75,12 @@ class TensorSpec:
             return math.prod(self.shape)
         if self.role != "weight":
             return 0
-        packed = self.format in ("mxfp4", "nvfp4", "engram_mxfp4")
-        return math.prod(self.shape) * (2 if packed else 1)
+        return math.prod(self.shape) * (2 if self.format in _PACKED_FORMATS else 1)
 
     def accepts(self, dtype: str, shape: tuple[int, ...]) -> bool:
         """Whether a stored tensor matches. Tolerated spellings of the same bytes: packed E2M1 as
         U8 or I8 (§8.2, §8.4), NVFP4 global scales as 0-d or [1] (§12 item 2)."""
-        packed = self.role == "weight" and self.format in ("mxfp4", "nvfp4", "engram_mxfp4")
+        packed = self.role == "weight" and self.format in _PACKED_FORMATS
         dtype_ok = dtype == self.dtype or (packed and dtype in ("U8", "I8"))
         scalar = self.role in ("weight_scale_2", "input_scale")
         shape_ok = tuple(shape) == self.shape or (scalar and tuple(shape) == (1,))
@@ -192,7 +195,8 @@ def nvfp4_expert_prefixes(config: V41Config) -> set[str]:
 
 
 def engram_table_formats(config: V41Config) -> dict[int, str]:
-    """Engram layer id -> ``fp8`` (official) or ``mxfp4`` (`engram_embed_quant`, MODEL.md §8.4).
+    """Engram layer id -> ``fp8`` (official), ``mxfp4`` or ``nvfp4`` (`engram_embed_quant`,
+    MODEL.md §8.4).
 
     `engram_embed_layers` lists the converted layers; absent means all of them.
     """
@@ -205,9 +209,12 @@ def engram_table_formats(config: V41Config) -> dict[int, str]:
     if fmt == "fp8":
         return {layer: "fp8" for layer in t.engram_layer_ids}
     assert quant is not None
-    block = quant.engram_embed_block_size
-    if block is not None and block != MX_BLOCK:
-        raise ConfigError(f"quantization_config.engram_embed_block_size = {block}, expected {MX_BLOCK}")
+    block, expected = quant.engram_embed_block_size, (NV_BLOCK if fmt == "nvfp4" else MX_BLOCK)
+    if block is not None and block != expected:
+        raise ConfigError(
+            f"quantization_config.engram_embed_block_size = {block}, expected {expected} for "
+            f"engram_embed_quant = {fmt!r}"
+        )
     layers = quant.engram_embed_layers
     chosen = set(t.engram_layer_ids) if layers is None else set(layers)
     unknown = chosen - set(t.engram_layer_ids)
@@ -216,7 +223,7 @@ def engram_table_formats(config: V41Config) -> dict[int, str]:
             f"quantization_config.engram_embed_layers names {sorted(unknown)}, which are not Engram "
             f"layers (text_config.engram_layer_ids = {list(t.engram_layer_ids)})"
         )
-    return {layer: ("mxfp4" if layer in chosen else "fp8") for layer in t.engram_layer_ids}
+    return {layer: (fmt if layer in chosen else "fp8") for layer in t.engram_layer_ids}
 
 
 def summarize_engram_formats(formats: Mapping[int, str]) -> str:
@@ -309,13 +316,18 @@ class _Builder:
         self.out.append(TensorSpec(f"{prefix}.input_scale", "F32", (), "nvfp4", "input_scale", g))
 
     def engram_table(self, prefix: str, rows: int, width: int, fmt: str) -> None:
-        f = f"engram_{fmt}"
+        f, g = f"engram_{fmt}", ENGRAM_TABLES
         if fmt == "fp8":
-            weight = TensorSpec(f"{prefix}.weight", "F8_E4M3", (rows, width), f, "weight", ENGRAM_TABLES)
+            self.out.append(TensorSpec(f"{prefix}.weight", "F8_E4M3", (rows, width), f, "weight", g))
         else:
-            weight = TensorSpec(f"{prefix}.weight", "U8", (rows, width // 2), f, "weight", ENGRAM_TABLES)
-        scale = TensorSpec(f"{prefix}.scale", "F8_E8M0", (rows, width // MX_BLOCK), f, "scale", ENGRAM_TABLES)
-        self.out += [weight, scale]
+            self.out.append(TensorSpec(f"{prefix}.weight", "U8", (rows, width // 2), f, "weight", g))
+        if fmt == "nvfp4":
+            scales = (rows, width // NV_BLOCK)
+            self.out.append(TensorSpec(f"{prefix}.weight_scale", "F8_E4M3", scales, f, "weight_scale", g))
+            self.out.append(TensorSpec(f"{prefix}.weight_scale_2", "F32", (), f, "weight_scale_2", g))
+        else:
+            scales = (rows, width // MX_BLOCK)
+            self.out.append(TensorSpec(f"{prefix}.scale", "F8_E8M0", scales, f, "scale", g))
 
 
 def _attention(b: _Builder, p: str, t: TextConfig) -> None:

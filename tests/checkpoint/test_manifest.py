@@ -147,6 +147,24 @@ def test_mxfp4_engram_tables_take_136_bytes_per_row():
     assert m.total_bytes == 510_286_023_000 - 768_022_850 * (264 - 136)
 
 
+def test_nvfp4_engram_tables_take_144_bytes_per_row_and_a_global_scale():
+    # MODEL.md §9.2: NVFP4 tables 768,022,850 rows x 144 B = 110,595,290,400 B; + one F32 per table
+    m = build_manifest(official(engram_embed_quant="nvfp4", engram_embed_block_size=16))
+    assert m.engram_formats == {1: "nvfp4", 14: "nvfp4"}
+    assert m.bytes_by_format()["engram_nvfp4"] == 110_595_290_400 + 2 * 4
+    expected = [
+        ("layers.1.engram.embed.weight", "U8", (384006168, 128), "weight"),
+        ("layers.1.engram.embed.weight_scale", "F8_E4M3", (384006168, 16), "weight_scale"),
+        ("layers.1.engram.embed.weight_scale_2", "F32", (), "weight_scale_2"),
+    ]
+    for name, dtype, shape, role in expected:
+        assert (m[name].dtype, m[name].shape, m[name].role) == (dtype, shape, role)
+    assert "layers.1.engram.embed.scale" not in m
+    assert m["layers.1.engram.embed.weight"].accepts("I8", (384006168, 128))  # same bytes as U8
+    assert m["layers.1.engram.embed.weight_scale_2"].accepts("F32", (1,))
+    assert m.parameters_by_group()["engram_tables"] == 196_613_849_600  # codes count 1 each
+
+
 def test_mxfp4_engram_on_one_layer_only_is_mixed():
     m = build_manifest(official(engram_embed_quant="mxfp4", engram_embed_layers=[14]))
     assert m.engram_formats == {1: "fp8", 14: "mxfp4"}
@@ -158,6 +176,7 @@ def test_mxfp4_engram_on_one_layer_only_is_mixed():
     [
         ({"engram_embed_quant": "int4"}, "engram_embed_quant"),
         ({"engram_embed_quant": "mxfp4", "engram_embed_block_size": 16}, "engram_embed_block_size"),
+        ({"engram_embed_quant": "nvfp4", "engram_embed_block_size": 32}, "32, expected 16 for"),
         ({"engram_embed_quant": "mxfp4", "engram_embed_layers": [2]}, "engram_embed_layers"),
         ({"weight_block_size": [128, 128]}, "weight_block_size"),
         ({**NV_QUANT, "quantized_layers": {"layers.40.ffn.experts": {}}}, "layers.40.ffn.experts"),
