@@ -1,4 +1,4 @@
-"""Gather + dequant of MXFP4 Engram rows stored as two arrays, the layout upstream SGLang uses.
+"""Gather + dequant of 4-bit Engram rows stored as two arrays, the layout upstream SGLang uses.
 
 Upstream SGLang 0.5.23 keeps an Engram table as a value array and a scale array
 (`EngramEmbedding.weight` / `.scale`), addressed by raw pointers so one kernel reads a device
@@ -17,6 +17,12 @@ for bit `formats.mxfp4.dequantize_mxfp4(...).to(bfloat16)`, in Triton's CPU inte
 GPU. Scale byte 255 (NaN) makes the whole block NaN with the bits 0xFFFF, the pattern torch's
 float32 -> bf16 conversion gives every NaN on the CPU, so the two paths agree bit for bit.
 Ids outside `[row_lo, row_hi)` give zero rows (the zero-fill that the TP all-reduce sums).
+
+NVFP4 tables (`formats/nvfp4.py`) are the same two arrays with an E4M3 scale per 16 values
+(`scale` uint8/E4M3 `[rows, dim/16]`) and one float32 global scale per table; a value is
+`e2m1 * (e4m3 * global)` in float32, as `formats.dequantize_nvfp4` forms it, rounded to bf16
+(to nearest even) on the float32 bits in integer arithmetic, so again interpreter and GPU agree
+with the torch decode bit for bit (NaN scale bytes 0x7F / 0xFF: 0xFFFF, as above).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
+from sglang_ds41.formats.nvfp4 import dequantize_nvfp4
 
 try:
     import triton
@@ -32,6 +39,7 @@ except ImportError:  # pragma: no cover - CPU-only installs without triton
     triton = None
 
 MX_BLOCK = 32  # values per E8M0 scale
+NV_BLOCK = 16  # values per E4M3 scale
 
 
 def mxfp4_rows(
@@ -40,6 +48,15 @@ def mxfp4_rows(
     """The torch path: bf16 `[*local.shape, dim]` rows `local` of a split table, zero where not `owned`."""
     local = local.masked_fill(~owned, 0)
     values = dequantize_mxfp4(weight[local], scale[local], dtype=torch.bfloat16)
+    return values.masked_fill(~owned.unsqueeze(-1), 0)
+
+
+def nvfp4_rows(
+    weight: torch.Tensor, scale: torch.Tensor, global_scale: float, local: torch.Tensor, owned: torch.Tensor
+) -> torch.Tensor:
+    """The torch path for NVFP4: bf16 rows `local` of a split table, zero where not `owned`."""
+    local = local.masked_fill(~owned, 0)
+    values = dequantize_nvfp4(weight[local], scale[local], global_scale, dtype=torch.bfloat16)
     return values.masked_fill(~owned.unsqueeze(-1), 0)
 
 
@@ -60,6 +77,56 @@ if triton is not None:
         mag = tl.where(m == 0, 0, mag)
         bits = ((code & 8) << 12) | mag
         return tl.where(exp == 255, 0xFFFF, bits)
+
+    @triton.jit
+    def _e2m1_f32(code):
+        m = code & 7
+        k = tl.where(m >= 2, (m >> 1) - 1, -1)
+        frac = tl.where(m >= 2, m & 1, 0)
+        bits = tl.where(m == 0, 0, ((k + 127) << 23) | (frac << 22)) | ((code & 8) << 28)
+        return bits.to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _e4m3_f32(byte):
+        """An E4M3 (float8_e4m3fn) byte as float32, from its bits (no exp2); 0x7F / 0xFF NaN."""
+        e = (byte >> 3) & 15
+        m = byte & 7
+        normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+        mag = tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)  # subnormal: m * 2**-9, exact
+        mag = tl.where((byte & 0x80) != 0, -mag, mag)
+        return tl.where((e == 15) & (m == 7), float("nan"), mag)
+
+    @triton.jit
+    def _f32_to_bf16_bits(x):
+        """float32 -> bf16 bit pattern (int32, 0..0xFFFF), round to nearest even; NaN 0xFFFF."""
+        bits = x.to(tl.int32, bitcast=True)
+        lower = bits & 0xFFFF
+        upper = (bits >> 16) & 0xFFFF
+        round_up = (lower > 0x8000) | ((lower == 0x8000) & ((upper & 1) == 1))
+        rounded = upper + round_up.to(tl.int32)  # carries into the exponent correctly (to inf)
+        return tl.where(x != x, 0xFFFF, rounded)
+
+    @triton.jit
+    def _nvfp4_gather_kernel(
+        w_ptr, s_ptr, ids_ptr, dst_ptr, out_ptr, row_lo, row_hi, global_scale,
+        DIM: tl.constexpr, HAS_DST: tl.constexpr,
+    ):  # fmt: skip
+        row = tl.program_id(0).to(tl.int64)
+        idx = tl.load(ids_ptr + row).to(tl.int64)
+        dst = tl.load(dst_ptr + row).to(tl.int64) if HAS_DST else row
+        owned = (idx >= row_lo) & (idx < row_hi)
+        local = tl.where(owned, idx - row_lo, 0)
+        w = w_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
+        s = s_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
+        offs = tl.arange(0, DIM // 2)
+        b = tl.load(w + local * (DIM // 2) + offs, mask=owned, other=0).to(tl.int32)
+        e = tl.load(s + local * (DIM // 16) + offs // 8, mask=owned, other=0).to(tl.int32)
+        block_scale = _e4m3_f32(e) * global_scale  # the two scales first, as the decoders do
+        lo = _f32_to_bf16_bits(_e2m1_f32(b & 15) * block_scale)
+        hi = _f32_to_bf16_bits(_e2m1_f32(b >> 4) * block_scale)
+        bits = tl.where(owned, tl.interleave(lo, hi), 0)
+        bits = bits - ((bits >> 15) << 16)
+        tl.store(out_ptr + dst * DIM + tl.arange(0, DIM), bits.to(tl.int16))
 
     @triton.jit
     def _mxfp4_gather_kernel(
@@ -83,6 +150,19 @@ if triton is not None:
         tl.store(out_ptr + dst * DIM + tl.arange(0, DIM), bits.to(tl.int16))  # out viewed as int16
 
 
+def _check(dim: int, ids: torch.Tensor, out: torch.Tensor, block: int, name: str) -> None:
+    if triton is None:
+        raise RuntimeError(f"{name} needs triton; use the torch path (mxfp4_rows / nvfp4_rows) on the CPU")
+    if dim <= 0 or dim & (dim - 1) or dim % block:
+        raise ValueError(f"{name}: dim must be a power of two and a multiple of {block}, got {dim}")
+    if ids.dtype not in (torch.int32, torch.int64) or not ids.is_contiguous() or ids.dim() != 1:
+        raise ValueError(f"{name}: ids must be contiguous 1-d int32/int64, got {ids.dtype} {list(ids.shape)}")
+    if out.dtype != torch.bfloat16 or not out.is_contiguous() or tuple(out.shape) != (ids.numel(), dim):
+        raise ValueError(
+            f"{name}: out must be contiguous bf16 [{ids.numel()}, {dim}], got {out.dtype} {list(out.shape)}"
+        )
+
+
 def mxfp4_gather(
     weight_ptr: int,
     scale_ptr: int,
@@ -100,26 +180,34 @@ def mxfp4_gather(
     `sort_ids` reads rows in address order and writes each to its place (upstream's remedy for
     random reads of a host table larger than the GPU's translation reach).
     """
-    if triton is None:
-        raise RuntimeError("mxfp4_gather needs triton; use mxfp4_rows on the CPU")
-    if dim <= 0 or dim & (dim - 1) or dim % MX_BLOCK:
-        raise ValueError(f"mxfp4_gather: dim must be a power of two and a multiple of {MX_BLOCK}, got {dim}")
-    if ids.dtype not in (torch.int32, torch.int64) or not ids.is_contiguous() or ids.dim() != 1:
-        raise ValueError(
-            f"mxfp4_gather: ids must be contiguous 1-d int32/int64, got {ids.dtype} {list(ids.shape)}"
-        )
-    if out.dtype != torch.bfloat16 or not out.is_contiguous() or tuple(out.shape) != (ids.numel(), dim):
-        raise ValueError(
-            f"mxfp4_gather: out must be contiguous bf16 [{ids.numel()}, {dim}], "
-            f"got {out.dtype} {list(out.shape)}"
-        )
-    n = ids.numel()
-    if n:
-        dst = None
-        if sort_ids:
-            ids, dst = torch.sort(ids)
-        _mxfp4_gather_kernel[(n,)](
+    _check(dim, ids, out, MX_BLOCK, "mxfp4_gather")
+    if ids.numel():
+        ids, dst = torch.sort(ids) if sort_ids else (ids, None)
+        _mxfp4_gather_kernel[(ids.numel(),)](
             weight_ptr, scale_ptr, ids, dst if dst is not None else ids, out.view(torch.int16),
             row_lo, row_hi, DIM=dim, HAS_DST=dst is not None,
+        )  # fmt: skip
+    return out
+
+
+def nvfp4_gather(
+    weight_ptr: int,
+    scale_ptr: int,
+    ids: torch.Tensor,
+    out: torch.Tensor,
+    dim: int,
+    global_scale: float,
+    row_lo: int = 0,
+    row_hi: int = 2**62,
+    sort_ids: bool = False,
+) -> torch.Tensor:
+    """`mxfp4_gather` for NVFP4 rows: `scale_ptr` addresses [rows, dim / 16] E4M3 bytes and
+    `global_scale` is the table's float32 `weight_scale_2`."""
+    _check(dim, ids, out, NV_BLOCK, "nvfp4_gather")
+    if ids.numel():
+        ids, dst = torch.sort(ids) if sort_ids else (ids, None)
+        _nvfp4_gather_kernel[(ids.numel(),)](
+            weight_ptr, scale_ptr, ids, dst if dst is not None else ids, out.view(torch.int16),
+            row_lo, row_hi, float(global_scale), DIM=dim, HAS_DST=dst is not None,
         )  # fmt: skip
     return out

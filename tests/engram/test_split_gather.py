@@ -55,6 +55,31 @@ KERNEL_CHECK = textwrap.dedent(
         if not torch.equal(out.view(torch.int16), want.view(torch.int16)):
             bad = (out.view(torch.int16) != want.view(torch.int16)).nonzero()[:3].tolist()
             failures.append((dim, row_lo, sort_ids, bad))
+    # NVFP4: every code byte under every E4M3 scale byte (0x7F / 0xFF: NaN), global scales that
+    # give ordinary, subnormal and overflowing products
+    from sglang_ds41.engram.split_gather import nvfp4_gather, nvfp4_rows
+
+    edge_bytes = [0, 1, 7, 8, 0x38, 0x39, 0x7E, 0x7F, 0x80, 0x81, 0xB8, 0xFE, 0xFF]
+    for dim, global_scale, scale_bytes, row_lo, sort_ids in (
+        (256, 0.0123456, list(range(256)), 3, False),
+        (32, 2.0**-130, edge_bytes, 0, True),  # subnormal float32 products
+        (32, 3.0e36, edge_bytes, 2, False),  # products past bf16's range
+    ):
+        n_bytes = dim // 2
+        code_rows = torch.arange(256, dtype=torch.uint8).view(-1, n_bytes)
+        weight = code_rows.repeat(len(scale_bytes), 1)
+        scale = torch.tensor(scale_bytes, dtype=torch.uint8).repeat_interleave(code_rows.shape[0])
+        scale = scale[:, None].expand(-1, dim // 16).contiguous().view(torch.float8_e4m3fn)
+        rows = weight.shape[0]
+        ids = torch.arange(row_lo - 2, row_lo + rows + 2)
+        out = torch.full((ids.numel(), dim), 1.0, dtype=torch.bfloat16)
+        nvfp4_gather(weight.data_ptr(), scale.data_ptr(), ids, out, dim, global_scale, row_lo=row_lo,
+                     row_hi=row_lo + rows, sort_ids=sort_ids)
+        local = ids - row_lo
+        want = nvfp4_rows(weight, scale, global_scale, local, (local >= 0) & (local < rows))
+        if not torch.equal(out.view(torch.int16), want.view(torch.int16)):
+            bad = (out.view(torch.int16) != want.view(torch.int16)).nonzero()[:3].tolist()
+            failures.append(("nvfp4", dim, global_scale, bad))
     print("FAILURES", failures)
     """
 )
