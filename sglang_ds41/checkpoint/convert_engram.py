@@ -1,8 +1,11 @@
-"""`convert-engram`: re-encode a checkpoint's Engram tables FP8 -> MXFP4 (or back), streaming.
+"""`convert-engram`: re-encode a checkpoint's Engram tables FP8 -> MXFP4 / NVFP4 (or MXFP4 -> FP8).
 
 The official tables are 202 GB of FP8 (264 B/row); as MXFP4 (136 B/row) a TP=4 rank holds an
-Engram table in 12.2 GiB instead of 23.6 GiB (MODEL.md §8.4, §9.2). Users convert the files they
-downloaded, so the conversion must survive what a 500 GB job meets:
+Engram table in 12.2 GiB instead of 23.6 GiB (MODEL.md §8.4, §9.2), as NVFP4 (144 B/row, the
+format of `formats/nvfp4.py`'s docstring) in 12.9 GiB. Both 4-bit targets choose each block's
+scale for the least squared error by default (``--scale-rule mse``; ``ocp`` / ``modelopt`` give
+the standard amax rules), and every conversion measures what it lost (`engram_quality`). Users
+convert the files they downloaded, so the conversion must survive what a 500 GB job meets:
 
 * bounded memory: source rows are read with ``pread`` (a memory map would keep every touched
   page resident, i.e. RSS = table size) in row chunks, at most three alive at a time; every
@@ -11,17 +14,19 @@ downloaded, so the conversion must survive what a 500 GB job meets:
 * near disk speed: the table rows are re-encoded by a compiled loop on all cores while the next
   chunk is read and the previous one written (`_overlapped`);
 * atomic + resumable: each output file is written as ``*.partial``, fsync'd and renamed; the
-  journal ``.convert-engram.json`` in DST records finished shards (and their sizes), so a rerun
-  after a kill skips them and redoes the rest; config.json is written last;
+  journal ``.convert-engram.json`` in DST records finished shards (their sizes and the quality
+  statistics of the rows they hold), so a rerun after a kill skips them and redoes the rest;
+  the quality report ``engram_quality.json`` and then config.json are written last;
 * verified: the result is opened through the validating reader (tensor names, shapes, dtypes,
-  sizes), compared with the source tensor by tensor, and sampled rows are decoded on both sides
-  and checked against the definition (`formats`), with the error statistics reported.
+  sizes), compared with the source tensor by tensor, and sampled rows are checked against the
+  definition (`formats`, not the fast path that wrote them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,13 +34,16 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from sglang_ds41.checkpoint.engram_recode import default_workers, recode
+from sglang_ds41 import formats
+from sglang_ds41.checkpoint import engram_quality
+from sglang_ds41.checkpoint.engram_quality import Quality, TableReport
+from sglang_ds41.checkpoint.engram_recode import SCALE_RULES, default_scale_rule, default_workers, recode
 from sglang_ds41.checkpoint.reader import CONFIG_FILE, INDEX_FILE, Checkpoint, StoredTensor
 from sglang_ds41.checkpoint.st_writer import (
     PARTIAL_SUFFIX,
@@ -51,12 +59,18 @@ from sglang_ds41.checkpoint.st_writer import (
 )
 from sglang_ds41.errors import Ds41Error
 
-FORMATS = ("mxfp4", "fp8")
+FORMATS = ("mxfp4", "nvfp4", "fp8")
+# Which source format each target is converted from: 4-bit tables from the official FP8 ones;
+# FP8 back from MXFP4 (lossless; NVFP4 values need up to 6 significant bits, FP8 holds 4).
+SOURCE_OF = {"mxfp4": "fp8", "nvfp4": "fp8", "fp8": "mxfp4"}
 JOURNAL = ".convert-engram.json"
 JOURNAL_KIND = "sglang-ds41 convert-engram journal v1"
 MX_BLOCK = 32
+NV_BLOCK = 16
+DEFAULT_REPORT_ROWS = 1 << 16
 DEFAULT_CHUNK_ROWS = 1 << 16  # ~17 MB of FP8 rows in, ~100 MB of transient arrays
 COPY_CHUNK = 16 << 20
+SCALE_SCAN_ROWS = 1 << 22  # scale rows read per step while finding an NVFP4 table's global scale
 # Test hook: "chunk:N" / "commit:N" / "journal:N" SIGKILLs this process right after the N-th
 # written chunk, shard rename, or journal update -- the points a real crash can fall between.
 KILL_ENV = "SGLANG_DS41_CONVERT_KILL_AT"
@@ -74,13 +88,15 @@ class ConvertError(Ds41Error):
 
 @dataclass(frozen=True)
 class Table:
-    """One Engram table to re-encode; `weight`/`scale` locate the source bytes."""
+    """One Engram table to re-encode; `weight`/`scale` locate the source bytes. `global_scale`:
+    an NVFP4 target's float32 ``weight_scale_2``, fixed for the whole table before any row."""
 
     layer: int
     rows: int
     width: int  # values per row (head_dim)
     weight: StoredTensor
     scale: StoredTensor
+    global_scale: float | None = None
 
     @property
     def prefix(self) -> str:
@@ -89,7 +105,9 @@ class Table:
 
 @dataclass(frozen=True)
 class Job:
-    """One output tensor: copied from `source`, or the `part` (weight | scale) of a converted table."""
+    """One output tensor: copied from `source`, or the `part` of a converted table: ``weight``,
+    ``scale`` (renamed ``weight_scale`` for NVFP4) or NVFP4's ``weight_scale_2``, which has no
+    source tensor and sits in the weight's shard (`source` is then the source weight)."""
 
     name: str
     dtype: str
@@ -125,6 +143,7 @@ class Plan:
     src: Path
     dst: Path
     to: str
+    scale_rule: str
     source_format: str
     tables: tuple[Table, ...]
     shards: tuple[Shard, ...]
@@ -133,7 +152,7 @@ class Plan:
     other_files: tuple[str, ...]
     fingerprint: str
     source_bytes: int  # sum of source shard sizes
-    mxfp4_layers: tuple[int, ...] = field(default=())
+    quant_layers: tuple[int, ...] = field(default=())  # 4-bit Engram layers of the output's config
 
     @property
     def output_bytes(self) -> int:
@@ -158,8 +177,14 @@ class Plan:
             "source": str(self.src),
             "source_fingerprint": self.fingerprint,
             "to": self.to,
+            "scale_rule": self.scale_rule,
             "layers": [t.layer for t in self.tables],
         }
+
+    @property
+    def output_parts(self) -> tuple[str, str]:
+        """The output's names for the rows' (values, scales) parts."""
+        return ("weight", "weight_scale") if self.to == "nvfp4" else ("weight", "scale")
 
 
 def _raw_header(path: Path) -> bytes:
@@ -168,22 +193,52 @@ def _raw_header(path: Path) -> bytes:
         return f.read(n)
 
 
-def _out_spec(table: Table, part: str, to: str) -> tuple[str, tuple[int, ...], int]:
-    if part == "scale":
-        return table.scale.dtype, table.scale.shape, table.scale.end - table.scale.start
-    if to == "mxfp4":
-        return "U8", (table.rows, table.width // 2), table.rows * table.width // 2
-    return "F8_E4M3", (table.rows, table.width), table.rows * table.width
+def _out_jobs(table: Table, stored: StoredTensor, to: str) -> list[Job]:
+    """The output tensors a source table tensor turns into (its weight or its scale)."""
+    rows, width = table.rows, table.width
+    if stored.name == table.scale.name:
+        if to == "nvfp4":
+            spec = ("weight_scale", "F8_E4M3", (rows, width // NV_BLOCK))
+        else:
+            spec = ("scale", table.scale.dtype, table.scale.shape)
+        part, dtype, shape = spec
+        name = f"{table.prefix}.{part}"
+        return [Job(name, dtype, shape, math.prod(shape), stored, table, part)]
+    weight = ("F8_E4M3", (rows, width)) if to == "fp8" else ("U8", (rows, width // 2))
+    jobs = [Job(stored.name, weight[0], weight[1], math.prod(weight[1]), stored, table, "weight")]
+    if to == "nvfp4":
+        jobs.append(Job(f"{table.prefix}.weight_scale_2", "F32", (), 4, stored, table, "weight_scale_2"))
+    return jobs
 
 
 def _entry(job: Job) -> HeaderEntry:
     return HeaderEntry(job.name, job.dtype, job.shape, job.nbytes)
 
 
-def make_plan(src: str | Path, dst: str | Path, to: str, layers: Iterable[int] | None = None) -> Plan:
-    """Validate the source and the request; lay out every output file. Reads only headers."""
+def resolve_scale_rule(to: str, scale_rule: str | None) -> str:
+    """`scale_rule` checked against the target (None: the target's default)."""
     if to not in FORMATS:
         raise ConvertError(f"unknown Engram format {to!r}: expected one of {list(FORMATS)}")
+    if scale_rule is None:
+        return default_scale_rule(to)
+    if scale_rule not in SCALE_RULES[to]:
+        raise ConvertError(
+            f"--scale-rule {scale_rule!r} does not apply to --to {to}: expected one of "
+            f"{list(SCALE_RULES[to])} (ocp is MXFP4's rule, modelopt NVFP4's; mse works for both)"
+        )
+    return scale_rule
+
+
+def make_plan(
+    src: str | Path,
+    dst: str | Path,
+    to: str,
+    layers: Iterable[int] | None = None,
+    scale_rule: str | None = None,
+) -> Plan:
+    """Validate the source and the request; lay out every output file. Reads headers only, and
+    for NVFP4 the source tables' scale bytes (their max gives the table's global scale)."""
+    scale_rule = resolve_scale_rule(to, scale_rule)
     src, dst = Path(src).resolve(), Path(dst).resolve()
     if src == dst or src in dst.parents:
         raise ConvertError(f"DST_DIR {dst} must not be SRC_DIR or inside it")
@@ -195,7 +250,8 @@ def make_plan(src: str | Path, dst: str | Path, to: str, layers: Iterable[int] |
     unknown = [layer for layer in wanted if layer not in formats_by_layer]
     if unknown:
         raise ConvertError(f"--layers {unknown}: not Engram layers (those are {sorted(formats_by_layer)})")
-    source_format = "fp8" if to == "mxfp4" else "mxfp4"
+    source_format = SOURCE_OF[to]
+    _check_formats(src, to, wanted, formats_by_layer)
     todo = [layer for layer in wanted if formats_by_layer[layer] == source_format]
     if not todo:
         raise ConvertError(
@@ -203,12 +259,15 @@ def make_plan(src: str | Path, dst: str | Path, to: str, layers: Iterable[int] |
             f"(quantization_config.engram_embed_quant / engram_embed_layers); nothing to convert"
         )
     tables = []
-    for layer in todo:
-        weight = ckpt.stored[f"layers.{layer}.engram.embed.weight"]
-        scale = ckpt.stored[f"layers.{layer}.engram.embed.scale"]
-        width = scale.shape[1] * MX_BLOCK
-        tables.append(Table(layer, weight.shape[0], width, weight, scale))
-    by_name = {t.weight.name: (t, "weight") for t in tables} | {t.scale.name: (t, "scale") for t in tables}
+    with _Sources(src) as sources:
+        for layer in todo:
+            weight = ckpt.stored[f"layers.{layer}.engram.embed.weight"]
+            scale = ckpt.stored[f"layers.{layer}.engram.embed.scale"]
+            table = Table(layer, weight.shape[0], scale.shape[1] * MX_BLOCK, weight, scale)
+            if to == "nvfp4":
+                table = replace(table, global_scale=_global_scale(sources, table))
+            tables.append(table)
+    by_name = {t.weight.name: t for t in tables} | {t.scale.name: t for t in tables}
 
     shards, digest = [], hashlib.sha256()
     for file, header in sorted(ckpt.shards.items()):
@@ -217,12 +276,11 @@ def make_plan(src: str | Path, dst: str | Path, to: str, layers: Iterable[int] |
         metadata = json.loads(raw).get("__metadata__")
         jobs = []
         for stored in header.tensors.values():
-            table, part = by_name.get(stored.name, (None, None))
+            table = by_name.get(stored.name)
             if table is None:
                 jobs.append(Job(stored.name, stored.dtype, stored.shape, stored.end - stored.start, stored))
             else:
-                dtype, shape, nbytes = _out_spec(table, part, to)
-                jobs.append(Job(stored.name, dtype, shape, nbytes, stored, table, part))
+                jobs += _out_jobs(table, stored, to)
         order = {e.name: i for i, e in enumerate(canonical_order([_entry(j) for j in jobs]))}
         jobs.sort(key=lambda j: order[j.name])
         head, offsets = build_header([_entry(j) for j in jobs], metadata)
@@ -231,33 +289,67 @@ def make_plan(src: str | Path, dst: str | Path, to: str, layers: Iterable[int] |
     config_raw = (src / CONFIG_FILE).read_bytes()
     index_raw = (src / INDEX_FILE).read_bytes() if (src / INDEX_FILE).is_file() else None
     digest.update(config_raw + (index_raw or b""))
-    mxfp4 = {layer for layer, fmt in formats_by_layer.items() if fmt == "mxfp4"}
-    mxfp4 = (mxfp4 | set(todo)) if to == "mxfp4" else (mxfp4 - set(todo))
+    quant = {layer for layer, fmt in formats_by_layer.items() if fmt != "fp8"}
+    quant = (quant - set(todo)) if to == "fp8" else (quant | set(todo))
+    quant_format = to if to != "fp8" else next(iter(set(formats_by_layer.values()) - {"fp8"}), "fp8")
     out_size = sum(j.nbytes for s in shards for j in s.jobs)
-    skip = {CONFIG_FILE, INDEX_FILE, *ckpt.shards}
+    names = {j.name: s.file for s in shards for j in s.jobs}
+    skip = {CONFIG_FILE, INDEX_FILE, engram_quality.REPORT_FILE, *ckpt.shards}
     others = tuple(sorted(p.name for p in src.iterdir() if p.name not in skip and not p.name.startswith(".")))
     plan = Plan(
         src=src,
         dst=dst,
         to=to,
+        scale_rule=scale_rule,
         source_format=source_format,
         tables=tuple(tables),
         shards=tuple(shards),
-        config_json=_new_config(config_raw, mxfp4, src),
-        index_json=_new_index(index_raw, out_size) if index_raw is not None else None,
+        config_json=_new_config(config_raw, quant_format, quant, src),
+        index_json=_new_index(index_raw, out_size, names) if index_raw is not None else None,
         other_files=others,
         fingerprint=digest.hexdigest(),
         source_bytes=sum(h.size for h in ckpt.shards.values()),
-        mxfp4_layers=tuple(sorted(mxfp4)),
+        quant_layers=tuple(sorted(quant)),
     )
     ckpt.close()
     return plan
 
 
-def _new_config(raw: bytes, mxfp4_layers: set[int], src: Path) -> bytes:
+def _check_formats(src: Path, to: str, wanted: list[int], formats_by_layer: dict[int, str]) -> None:
+    """One config can declare one 4-bit Engram format; refuse what would need two, or NVFP4 -> FP8."""
+    if to == "fp8":
+        nv = [layer for layer in wanted if formats_by_layer[layer] == "nvfp4"]
+        if nv:
+            raise ConvertError(
+                f"{src}: the Engram tables of layer(s) {nv} are NVFP4; --to fp8 converts MXFP4 tables "
+                "only (an NVFP4 value has up to 6 significant bits, FP8 keeps 4: not lossless)"
+            )
+        return
+    other = sorted(set(formats_by_layer.values()) - {"fp8", to})
+    if other:
+        layers = [layer for layer, fmt in sorted(formats_by_layer.items()) if fmt in other]
+        raise ConvertError(
+            f"{src}: Engram layer(s) {layers} are already {other[0].upper()}; a checkpoint holds one 4-bit "
+            f"Engram format (quantization_config.engram_embed_quant), so --to {to} would mix two. "
+            f"Convert from the FP8 release, or those layers back with --to fp8 first"
+        )
+
+
+def _global_scale(sources: _Sources, table: Table) -> float:
+    """The NVFP4 table's weight_scale_2 from every FP8 scale byte of the table (`formats.nvfp4`)."""
+    top = None
+    for start in range(0, table.rows, SCALE_SCAN_ROWS):
+        s = sources.part(table.scale, table.rows, start, min(start + SCALE_SCAN_ROWS, table.rows))
+        finite = s[s != formats.e8m0.NAN_BYTE]
+        if finite.size:
+            top = max(top or 0, int(finite.max()))
+    return float(formats.nvfp4.global_scale_of_scale_byte(top))
+
+
+def _new_config(raw: bytes, fmt: str, layers: set[int], src: Path) -> bytes:
     """config.json with the Engram entries of `quantization_config` describing the output.
 
-    `engram_embed_layers` lists the MXFP4 layers (absent would mean all); with none left the
+    `engram_embed_layers` lists the 4-bit layers (absent would mean all); with none left the
     three entries are dropped, which is how the official FP8 release reads."""
     data = json.loads(raw)
     if not isinstance(data, dict):
@@ -265,18 +357,22 @@ def _new_config(raw: bytes, mxfp4_layers: set[int], src: Path) -> bytes:
     quant = data.setdefault("quantization_config", {})
     for key in ("engram_embed_quant", "engram_embed_block_size", "engram_embed_layers"):
         quant.pop(key, None)
-    if mxfp4_layers:
+    if layers:
         quant.update(
-            engram_embed_quant="mxfp4",
-            engram_embed_block_size=MX_BLOCK,
-            engram_embed_layers=sorted(mxfp4_layers),
+            engram_embed_quant=fmt,
+            engram_embed_block_size=NV_BLOCK if fmt == "nvfp4" else MX_BLOCK,
+            engram_embed_layers=sorted(layers),
         )
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def _new_index(raw: bytes, total_size: int) -> bytes:
+def _new_index(raw: bytes, total_size: int, names: dict[str, str]) -> bytes:
+    """The index of the output: its total size, and the converted tables' names (NVFP4's
+    `weight_scale` / `weight_scale_2` replace `scale`) placed in the shards that hold them."""
     data = json.loads(raw)
     data.setdefault("metadata", {})["total_size"] = total_size
+    if set(data.get("weight_map", {})) != set(names):
+        data["weight_map"] = {n: names[n] for n in sorted(names)}
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
 
@@ -287,17 +383,60 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
+def _encode(plan: Plan, table: Table, rows: tuple[np.ndarray, np.ndarray], workers: int):
+    """Source rows -> the output's (values, scales) bytes, as the conversion writes them."""
+    rule, ws2 = plan.scale_rule, table.global_scale
+    return recode(plan.to, *rows, workers=workers, scale_rule=rule, global_scale=ws2)
+
+
+def _measure(plan: Plan, table: Table, rows, encoded, workers: int) -> Quality:
+    return engram_quality.measure(plan.source_format, *rows, plan.to, *encoded, table.global_scale, workers)
+
+
 def measure_rows_per_second(plan: Plan, rows: int = 1 << 16, workers: int | None = None) -> float:
-    """Re-encode the first `rows` rows of the first table (real data) as the run would, timed;
-    nothing is written. The compiled loop is loaded first, so the figure is the steady rate."""
+    """Re-encode and measure the first `rows` rows of the first table (real data) as the run
+    would, timed; nothing is written. The compiled loops are loaded first (steady rate)."""
     t = plan.tables[0]
     n = min(rows, t.rows)
+    workers = workers or default_workers()
     with _Sources(plan.src) as sources:
-        recode(plan.to, *sources.rows(t, 0, 1))
-        w, s = sources.rows(t, 0, n)
+        first = sources.rows(t, 0, 1)
+        _measure(plan, t, first, _encode(plan, t, first, 1), 1)
+        data = sources.rows(t, 0, n)
         start = time.perf_counter()
-        recode(plan.to, w, s, workers=workers or default_workers())
+        _measure(plan, t, data, _encode(plan, t, data, workers), workers)
         return n / max(time.perf_counter() - start, 1e-9)
+
+
+def _sample_runs(rows: int, wanted: int, runs: int = 64) -> list[tuple[int, int]]:
+    """`runs` evenly spaced runs of consecutive rows, `wanted` rows in all (or every row)."""
+    if wanted >= rows:
+        return [(0, rows)]
+    length = max(1, wanted // runs)
+    starts = np.linspace(0, rows - length, min(runs, wanted)).astype(np.int64)
+    return [(int(a), int(a) + length) for a in np.unique(starts)]
+
+
+def sample_report(
+    plan: Plan, rows: int = DEFAULT_REPORT_ROWS, workers: int | None = None
+) -> list[TableReport]:
+    """The quality report on a sample of each table's rows, encoded as the conversion would;
+    nothing is written (``--dry-run --report``)."""
+    workers = workers or default_workers()
+    reports = []
+    with _Sources(plan.src) as sources:
+        for t in plan.tables:
+            quality = Quality()
+            for start, stop in _sample_runs(t.rows, rows):
+                data = sources.rows(t, start, stop)
+                quality = quality.merge(_measure(plan, t, data, _encode(plan, t, data, workers), workers))
+            reports.append(_table_report(plan, t, quality))
+    return reports
+
+
+def _table_report(plan: Plan, table: Table, quality: Quality) -> TableReport:
+    t, p = table, plan
+    return TableReport(t.layer, t.prefix, t.rows, p.source_format, p.to, p.scale_rule, t.width, quality)
 
 
 def describe_plan(plan: Plan, rows_per_s: float, disk_bytes_per_s: float) -> str:
@@ -310,6 +449,13 @@ def describe_plan(plan: Plan, rows_per_s: float, disk_bytes_per_s: float) -> str
         f"convert-engram plan: {plan.src} -> {plan.dst}",
         f"  Engram tables   {plan.source_format.upper()} -> {plan.to.upper()}: "
         + ", ".join(f"layer {t.layer} ({t.rows:,} rows)" for t in plan.tables),
+        f"  scale rule      {plan.scale_rule}"
+        + (
+            " (least squared error per block among the standard scale and its neighbours; any "
+            f"{plan.to.upper()} decoder reads it)"
+            if plan.scale_rule == "mse"
+            else ""
+        ),
         f"  shards          {len(plan.shards)} ({with_tables} with Engram tables)",
         f"  bytes in        {plan.source_bytes:,} ({_gb(plan.source_bytes)}); "
         f"Engram {_gb(plan.table_bytes_in)}",
@@ -317,10 +463,10 @@ def describe_plan(plan: Plan, rows_per_s: float, disk_bytes_per_s: float) -> str
         f"Engram {_gb(plan.table_bytes_out)}",
         f"  other files     {', '.join(plan.other_files) or '-'} (+ index, config.json)",
         f"  config          engram_embed_quant / engram_embed_layers -> "
-        f"{list(plan.mxfp4_layers) or 'removed (all FP8)'}",
+        f"{list(plan.quant_layers) or 'removed (all FP8)'}",
         f"  time estimate   {seconds / 60:,.1f} min = {_gb(copy_bytes)} copied at "
         f"{disk_bytes_per_s / 1e6:,.0f} MB/s (assumed disk) + {plan.rows:,} rows at the slower of "
-        f"{rows_per_s:,.0f} rows/s (measured here) and the disk",
+        f"{rows_per_s:,.0f} rows/s (re-encoded and measured, here) and the disk",
         f"  free on target  {_gb(free_bytes(_existing_parent(plan.dst)))}",
     ]
     return "\n".join(lines)
@@ -361,15 +507,16 @@ class _Sources:
         except OSError as error:
             raise ConvertError(f"cannot read source shard {self.root / file}: {error.strerror}") from None
 
+    def part(self, stored: StoredTensor, rows: int, start: int, stop: int) -> np.ndarray:
+        """Bytes of rows [start, stop) of a `rows`-row tensor as uint8 [n, bytes per row]."""
+        per_row = (stored.end - stored.start) // rows
+        buf = np.empty((stop - start, per_row), np.uint8)
+        self.read_into(stored.file, stored.start + start * per_row, memoryview(buf).cast("B"))
+        return buf
+
     def rows(self, t: Table, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Source weight and scale bytes of rows [start, stop) as uint8 [n, bytes per row]."""
-        out = []
-        for stored in (t.weight, t.scale):
-            per_row = (stored.end - stored.start) // t.rows
-            buf = np.empty((stop - start, per_row), np.uint8)
-            self.read_into(stored.file, stored.start + start * per_row, memoryview(buf).cast("B"))
-            out.append(buf)
-        return out[0], out[1]
+        return self.part(t.weight, t.rows, start, stop), self.part(t.scale, t.rows, start, stop)
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -411,13 +558,16 @@ class _Journal:
                 old = json.loads(self.path.read_text())
             except (OSError, ValueError) as error:
                 raise ConvertError(f"{self.path}: unreadable conversion journal ({error})") from None
+            if "scale_rule" not in old and old.get("to") in _RULE_BEFORE_RULES:
+                old["scale_rule"] = _RULE_BEFORE_RULES[old["to"]]  # journals from before the choice
             key = {k: old.get(k) for k in self.plan.journal_key}
             if old.get("kind") != JOURNAL_KIND or key != self.plan.journal_key:
                 raise ConvertError(
                     f"DST_DIR {dst} holds a different conversion (source {old.get('source')!r}, "
-                    f"to {old.get('to')!r}, layers {old.get('layers')}) than this one (source "
-                    f"{str(self.plan.src)!r}, to {self.plan.to!r}, layers {key_layers(self.plan)}) "
-                    "or the source changed since; use an empty DST_DIR"
+                    f"to {old.get('to')!r}, scale rule {old.get('scale_rule')!r}, layers "
+                    f"{old.get('layers')}) than this one (source {str(self.plan.src)!r}, to "
+                    f"{self.plan.to!r}, scale rule {self.plan.scale_rule!r}, layers "
+                    f"{key_layers(self.plan)}) or the source changed since; use an empty DST_DIR"
                 )
             self.data = old
         elif entries:
@@ -446,14 +596,29 @@ class _Journal:
             and path.stat().st_size == shard.size
         )
 
-    def record(self, shard: Shard) -> None:
-        self.data["shards"][shard.file] = {"size": shard.size}
+    def record(self, shard: Shard, quality: dict[int, Quality]) -> None:
+        self.data["shards"][shard.file] = {
+            "size": shard.size,
+            "quality": {str(layer): q.to_json() for layer, q in sorted(quality.items())},
+        }
         self.save()
+
+    def quality(self) -> dict[int, Quality]:
+        """Per table, the statistics of every finished shard merged (in shard order)."""
+        out: dict[int, Quality] = {}
+        for file in sorted(self.data["shards"]):
+            for layer, q in self.data["shards"][file].get("quality", {}).items():
+                out[int(layer)] = out.get(int(layer), Quality()).merge(Quality.from_json(q))
+        return out
 
     def save(self) -> None:
         text = json.dumps(self.data, indent=1, sort_keys=False) + "\n"
         write_bytes_atomic(self.path, text.encode(), self.pwrite)
         _hook("journal")
+
+
+# What a journal written before `--scale-rule` existed converted with.
+_RULE_BEFORE_RULES = {"mxfp4": "ocp", "fp8": "exact"}
 
 
 def key_layers(plan: Plan) -> list[int]:
@@ -498,10 +663,12 @@ class _Progress:
 
 @dataclass(frozen=True)
 class _Recoded:
-    """A chunk's re-encoded rows, per output tensor stored in this shard."""
+    """A chunk's re-encoded rows, per output tensor stored in this shard; their quality when
+    this shard is the one that measures the table (the one holding its weight)."""
 
     parts: dict[Job, np.ndarray]
     seconds: float
+    quality: Quality | None
 
 
 def _overlapped(
@@ -546,8 +713,9 @@ def _write_shard(
     progress: _Progress,
     after: int,
     workers: int,
-) -> None:
-    """Write one output shard: its header, copies of the untouched tensors, the re-encoded rows."""
+) -> dict[int, Quality]:
+    """Write one output shard: its header, copies of the untouched tensors, the re-encoded rows.
+    Returns the quality of the tables it measured (those whose weight it holds)."""
     where = {j.name: off for j, off in zip(shard.jobs, shard.offsets, strict=True)}
     with PartialFile(plan.dst / shard.file, shard.size, pwrite, needed_after=after) as out:
         out.write_at(0, shard.header)
@@ -576,20 +744,24 @@ def _write_shard(
         ]
         # A table's weight and scale may sit in different shards: each shard writes its own part.
         parts = {(j.table.layer, j.part): j for j in shard.jobs if j.table is not None}
+        quality: dict[int, Quality] = {}
+        for (layer, part), job in parts.items():
+            if part == "weight":
+                quality[layer] = Quality()
+            if part == "weight_scale_2":  # NVFP4's one float32 per table
+                out.write_at(where[job.name], struct.pack("<f", job.table.global_scale))
 
         def read_rows(chunk: tuple[Table, int, int]) -> tuple[np.ndarray, np.ndarray]:
             return sources.rows(*chunk)
 
         def recode_rows(chunk: tuple[Table, int, int], rows: tuple[np.ndarray, np.ndarray]) -> _Recoded:
             begin = time.perf_counter()
-            w, s = recode(plan.to, *rows, workers=workers)
-            out_parts = {"weight": np.ascontiguousarray(w), "scale": np.ascontiguousarray(s)}
-            kept = {
-                parts[chunk[0].layer, p]: data
-                for p, data in out_parts.items()
-                if (chunk[0].layer, p) in parts
-            }
-            return _Recoded(kept, time.perf_counter() - begin)
+            table = chunk[0]
+            encoded = _encode(plan, table, rows, workers)
+            measured = _measure(plan, table, rows, encoded, workers) if table.layer in quality else None
+            out_parts = dict(zip(plan.output_parts, map(np.ascontiguousarray, encoded), strict=True))
+            kept = {parts[table.layer, p]: data for p, data in out_parts.items() if (table.layer, p) in parts}
+            return _Recoded(kept, time.perf_counter() - begin, measured)
 
         def write_rows(chunk: tuple[Table, int, int], recoded: _Recoded) -> None:
             table, start, _ = chunk
@@ -597,6 +769,8 @@ def _write_shard(
                 out.write_at(where[job.name] + start * (job.nbytes // table.rows), data.data)
 
         def wrote_rows(chunk: tuple[Table, int, int], recoded: _Recoded) -> None:
+            if recoded.quality is not None:
+                quality[chunk[0].layer] = quality[chunk[0].layer].merge(recoded.quality)
             progress.advance(
                 sum(d.nbytes for d in recoded.parts.values()), chunk[2] - chunk[1], recoded.seconds
             )
@@ -605,6 +779,7 @@ def _write_shard(
         _overlapped(rows_chunks, read_rows, recode_rows, write_rows, wrote_rows)
         out.commit()
     _hook("commit")
+    return quality
 
 
 def _copy_other(plan: Plan, name: str, pwrite: PWrite) -> None:
@@ -658,7 +833,13 @@ class Result:
     skipped: list[str]
     seconds: float
     rows_per_s: float
+    report: list[TableReport] = field(default_factory=list)
     verification: Any = None
+
+
+def _report(plan: Plan, journal: _Journal) -> list[TableReport]:
+    quality = journal.quality()
+    return [_table_report(plan, t, quality.get(t.layer, Quality())) for t in plan.tables]
 
 
 def convert(
@@ -667,6 +848,7 @@ def convert(
     to: str = "mxfp4",
     *,
     layers: Iterable[int] | None = None,
+    scale_rule: str | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     workers: int | None = None,
     progress: bool = False,
@@ -675,14 +857,18 @@ def convert(
     pwrite: PWrite = os.pwrite,
     log: Callable[[str], None] = print,
 ) -> Result:
-    """Convert SRC's Engram tables into DST (resuming a previous run there), then verify."""
+    """Convert SRC's Engram tables into DST (resuming a previous run there), then verify.
+
+    `scale_rule`: the 4-bit targets' block-scale rule (default ``mse``). The quality report of
+    every converted row is `Result.report` (`engram_quality.render` prints it) and is written to
+    DST as ``engram_quality.json``."""
     from sglang_ds41.checkpoint.verify_convert import verify
 
     if chunk_rows <= 0:
         raise ConvertError(f"chunk_rows must be positive, got {chunk_rows}")
     workers = workers or default_workers()
     start = time.perf_counter()
-    plan = make_plan(src, dst, to, layers)
+    plan = make_plan(src, dst, to, layers, scale_rule)
     journal = _Journal(plan, pwrite)
     journal.load_or_start()
     written, skipped = [], []
@@ -705,8 +891,8 @@ def convert(
         with _Sources(plan.src) as sources:
             for shard in todo:
                 remaining -= shard.size
-                _write_shard(plan, shard, sources, chunk_rows, pwrite, prog, remaining, workers)
-                journal.record(shard)
+                quality = _write_shard(plan, shard, sources, chunk_rows, pwrite, prog, remaining, workers)
+                journal.record(shard, quality)
                 written.append(shard.file)
         if bar is not None:
             bar.close()
@@ -714,13 +900,19 @@ def convert(
             _copy_other(plan, name, pwrite)
         if plan.index_json is not None:
             write_bytes_atomic(plan.dst / INDEX_FILE, plan.index_json, pwrite)
+        report = _report(plan, journal)
+        write_bytes_atomic(
+            plan.dst / engram_quality.REPORT_FILE,
+            engram_quality.report_json(str(plan.src), report, None),
+            pwrite,
+        )
         write_bytes_atomic(plan.dst / CONFIG_FILE, plan.config_json, pwrite)  # last: marks a checkpoint
         journal.data["complete"] = True
         journal.save()
     else:
         log(f"{plan.dst}: conversion already complete; verifying")
-    result = Result(
-        plan, written, skipped, time.perf_counter() - start, prog.rows / max(prog.convert_seconds, 1e-9)
-    )
+        report = _report(plan, journal)
+    rows_per_s = prog.rows / max(prog.convert_seconds, 1e-9)
+    result = Result(plan, written, skipped, time.perf_counter() - start, rows_per_s, report)
     result.verification = verify(plan, rows=verify_rows)
     return result

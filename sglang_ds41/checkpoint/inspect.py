@@ -1,7 +1,8 @@
 """`inspect`: validate a checkpoint directory and summarise what it holds.
 
 The summary is what an operator needs before serving: which release this is (base FP8 + MXFP4
-experts, or NVIDIA's NVFP4 experts), how the Engram tables are stored, parameter counts by
+experts, or NVIDIA's NVFP4 experts), how the Engram tables are stored (FP8, MXFP4 or NVFP4, and
+their bytes per row), parameter counts by
 component (MODEL.md §9.1 groups) and bytes by storage format. Validation is `Checkpoint.open`,
 the same code path the runtimes load through.
 """
@@ -20,6 +21,18 @@ _VARIANT_TEXT = {
 _GROUP_ORDER = ("backbone", "routed_experts", "engram_tables", "dspark", "vision")
 
 
+def engram_tables(manifest) -> list[dict[str, Any]]:
+    """Per Engram table: format, rows and bytes per row (per-table scalars such as NVFP4's global
+    scale not counted), from the validated layout."""
+    out = []
+    for layer, fmt in sorted(manifest.engram_formats.items()):
+        specs = [t for t in manifest if t.name.startswith(f"layers.{layer}.engram.embed.")]
+        rows = next(t.shape[0] for t in specs if t.role == "weight")
+        row_bytes = sum(t.nbytes for t in specs if t.shape) // rows
+        out.append({"layer": layer, "format": fmt, "rows": rows, "bytes_per_row": row_bytes})
+    return out
+
+
 def inspect_checkpoint(root: str | Path) -> dict[str, Any]:
     """Validate `root` (raises `CheckpointError` / `ConfigError`) and return a JSON-able summary."""
     ckpt = Checkpoint.open(root)
@@ -31,6 +44,7 @@ def inspect_checkpoint(root: str | Path) -> dict[str, Any]:
         "variant": m.variant,
         "engram_format": m.engram_format,
         "engram_formats": {str(k): v for k, v in m.engram_formats.items()},
+        "engram_tables": engram_tables(m),
         "tensors": len(m),
         "shards": len(ckpt.shards),
         "total_bytes": m.total_bytes,
@@ -56,7 +70,11 @@ def render(summary: dict[str, Any]) -> str:
     lines = [
         f"checkpoint     {summary['checkpoint']}: OK",
         f"release        {_VARIANT_TEXT.get(summary['variant'], summary['variant'])}",
-        f"engram tables  {summary['engram_format']}",
+        f"engram tables  {summary['engram_format']}: "
+        + ", ".join(
+            f"layer {t['layer']} {t['rows']:,} rows x {t['bytes_per_row']} B ({t['format']})"
+            for t in summary["engram_tables"]
+        ),
         f"structure      {summary['layers']} layers, {summary['dspark_stages']} DSpark stages, "
         f"vision tower {'yes' if summary['vision'] else 'no'}, "
         f"tokenizer.json {'present' if summary['tokenizer'] else 'MISSING'}",

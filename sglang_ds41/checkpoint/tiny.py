@@ -15,9 +15,10 @@ Weights are random with per-tensor seeds (sha256 of seed and name), so a tensor'
 depend on which other tensors exist. Linears have std 1/sqrt(fan_in) so every projection keeps
 unit scale, norms are 1, and the head has std 2/sqrt(D) so logits vary (std ~2) with the
 context and greedy decoding does not collapse to one token. The NVFP4 variant re-encodes the
-MXFP4 experts of the base variant losslessly (as NVIDIA converted the release), and MXFP4
-Engram tables are the FP8 tables re-encoded, so all variants of a seed are the same model up to
-quantisation.
+MXFP4 experts of the base variant losslessly (as NVIDIA converted the release), and MXFP4 /
+NVFP4 Engram tables are the FP8 tables re-encoded exactly as `convert-engram` does by default
+(the ``mse`` scale rule; NVFP4's global scale from the FP8 scales), so all variants of a seed are
+the same model up to quantisation and a converted FP8 tiny checkpoint equals the 4-bit one.
 """
 
 from __future__ import annotations
@@ -98,10 +99,10 @@ def tiny_config(variant: str = BASE, engram: str = "fp8") -> dict[str, Any]:
         raise Ds41Error(f"unknown Engram format {engram!r}, expected one of {list(ENGRAM_FORMATS)}")
     data = copy.deepcopy(_TINY)
     quant = data["quantization_config"]
-    if engram == "mxfp4":
+    if engram != "fp8":
         quant.update(
-            engram_embed_quant="mxfp4",
-            engram_embed_block_size=32,
+            engram_embed_quant=engram,
+            engram_embed_block_size=16 if engram == "nvfp4" else 32,
             engram_embed_layers=list(data["text_config"]["engram_layer_ids"]),
         )
     if variant == NVFP4:
@@ -216,17 +217,33 @@ def _weights(manifest: Manifest, seed: int) -> dict[str, Any]:
                 out[name], out[f"{prefix}.weight_scale"] = w, ws
                 out[f"{prefix}.weight_scale_2"] = ws2.reshape(())
                 out[f"{prefix}.input_scale"] = formats.nvfp4.global_scale(_NV_INPUT_AMAX).reshape(())
-        elif spec.format in ("engram_fp8", "engram_mxfp4"):
+        elif spec.format.startswith("engram_"):
             prefix = name.removesuffix(".weight")
-            rows = shape[0]
-            width = manifest[f"{prefix}.scale"].shape[1] * 32
+            rows, width = shape[0], shape[1] * (1 if spec.format == "engram_fp8" else 2)
             values, scales = formats.quantize_fp8_rows(_normal((rows, width), 1.0, seed, prefix))
-            if spec.format == "engram_mxfp4":
-                values, scales = formats.fp8_rows_to_mxfp4(values, scales)
-            out[name], out[f"{prefix}.scale"] = values, scales
+            out.update(_engram_table(prefix, spec.format.removeprefix("engram_"), values, scales))
         else:  # pragma: no cover - a new format without a generator is a programming error
             raise AssertionError(f"no generator for {spec.format}")
     return out
+
+
+def _engram_table(prefix: str, fmt: str, values, scales) -> dict[str, Any]:
+    """The table's tensors in `fmt`, re-encoded from its FP8 rows as convert-engram would."""
+    from sglang_ds41 import formats
+    from sglang_ds41.checkpoint.engram_recode import default_scale_rule
+
+    if fmt == "fp8":
+        return {f"{prefix}.weight": values, f"{prefix}.scale": scales}
+    rule = default_scale_rule(fmt)
+    if fmt == "mxfp4":
+        codes, mx_scales = formats.fp8_rows_to_mxfp4(values, scales, scale_rule=rule)
+        return {f"{prefix}.weight": codes, f"{prefix}.scale": mx_scales}
+    codes, weight_scale, weight_scale_2 = formats.fp8_rows_to_nvfp4(values, scales, scale_rule=rule)
+    return {
+        f"{prefix}.weight": codes,
+        f"{prefix}.weight_scale": weight_scale,
+        f"{prefix}.weight_scale_2": weight_scale_2.reshape(()),
+    }
 
 
 # --- files -------------------------------------------------------------------------------------

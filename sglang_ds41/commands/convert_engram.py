@@ -1,4 +1,4 @@
-"""`sglang-ds41 convert-engram`: re-encode a checkpoint's Engram tables (FP8 <-> MXFP4)."""
+"""`sglang-ds41 convert-engram`: re-encode a checkpoint's Engram tables (FP8 -> MXFP4 / NVFP4, or back)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import argparse
 
 NAME = "convert-engram"
 HELP = (
-    "Write a copy of a checkpoint whose Engram tables are re-encoded (FP8 -> MXFP4, or back for "
-    "testing): streaming, bounded memory, resumable after a kill, verified at the end."
+    "Write a copy of a checkpoint whose Engram tables are re-encoded (FP8 -> MXFP4 or NVFP4, or "
+    "MXFP4 back to FP8): streaming, bounded memory, resumable after a kill, verified at the end, "
+    "with a quality report of every converted row."
 )
 
 
@@ -16,12 +17,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "dst_dir", metavar="DST_DIR", help="output directory: new/empty, or a previous run's to resume"
     )
-    parser.add_argument("--to", default="mxfp4", help="target Engram format: mxfp4 (default) or fp8")
+    parser.add_argument(
+        "--to",
+        default="mxfp4",
+        help="target Engram format: mxfp4 (default, 136 B/row), nvfp4 (144 B/row) or fp8 (from MXFP4)",
+    )
+    parser.add_argument(
+        "--scale-rule",
+        default=None,
+        help="block scales of a 4-bit target: mse (default: of the standard scale and its neighbours, "
+        "the one with the least squared error; read by any decoder, never worse per block), or the "
+        "standard amax rule: ocp (MXFP4) / modelopt (NVFP4)",
+    )
     parser.add_argument(
         "--layers", default=None, help="comma-separated Engram layer ids to convert (default: all)"
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan and a time estimate, write nothing"
+    )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="with --dry-run: also the quality report, on a sample of rows (a conversion always "
+        "reports on every row it writes, into DST/engram_quality.json)",
+    )
+    parser.add_argument(
+        "--report-rows", type=int, default=None, help="rows per table --report samples (default 65536)"
     )
     parser.add_argument(
         "--disk-mbps", type=float, default=1000.0,
@@ -46,28 +67,39 @@ def _layers(text: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     from sglang_ds41.checkpoint import convert_engram as ce
+    from sglang_ds41.checkpoint import engram_quality
 
     layers = _layers(args.layers)
+    if args.report_rows is not None and args.report_rows <= 0:
+        raise ce.ConvertError(f"--report-rows must be positive, got {args.report_rows}")
     if args.dry_run:
-        plan = ce.make_plan(args.src_dir, args.dst_dir, args.to, layers)
+        plan = ce.make_plan(args.src_dir, args.dst_dir, args.to, layers, args.scale_rule)
         rows_per_s = ce.measure_rows_per_second(plan, workers=args.workers)
         print(ce.describe_plan(plan, rows_per_s, args.disk_mbps * 1e6))
+        if args.report:
+            rows = args.report_rows or ce.DEFAULT_REPORT_ROWS
+            print(engram_quality.render(ce.sample_report(plan, rows, args.workers), rows))
         return 0
     result = ce.convert(
         args.src_dir,
         args.dst_dir,
         args.to,
         layers=layers,
+        scale_rule=args.scale_rule,
         chunk_rows=args.chunk_rows or ce.DEFAULT_CHUNK_ROWS,
         workers=args.workers,
         progress=not args.no_progress,
         verify_rows=args.verify_rows,
     )
     plan = result.plan
+    rule = f" ({plan.scale_rule} scales)" if plan.to != "fp8" else ""
     print(
         f"converted {plan.src} -> {plan.dst}: Engram layers {[t.layer for t in plan.tables]} "
-        f"{plan.source_format.upper()} -> {plan.to.upper()}, {len(result.written)} shard(s) written, "
-        f"{len(result.skipped)} resumed, {plan.output_bytes:,} bytes in {result.seconds:.1f} s"
+        f"{plan.source_format.upper()} -> {plan.to.upper()}{rule}, {len(result.written)} shard(s) written, "
+        f"{len(result.skipped)} resumed, {plan.output_bytes:,} bytes in {result.seconds:.1f} s "
+        f"({result.rows_per_s:,.0f} rows/s re-encoded and measured)"
     )
     print(result.verification.describe())
+    print(engram_quality.render(result.report, None))
+    print(f"quality report: {plan.dst / engram_quality.REPORT_FILE}")
     return 0

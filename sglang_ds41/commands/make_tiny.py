@@ -21,7 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hf_quant_config.json (NVIDIA release). Default base.",
     )
     parser.add_argument(
-        "--engram", choices=["fp8", "mxfp4"], default="fp8", help="Engram table format (default fp8)"
+        "--engram",
+        choices=["fp8", "mxfp4", "nvfp4"],
+        default="fp8",
+        help="Engram table format (default fp8; mxfp4 / nvfp4 are the FP8 tables re-encoded as "
+        "convert-engram does by default)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
 

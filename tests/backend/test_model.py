@@ -1,4 +1,5 @@
-"""The backend forward outside a server, with SGLang's slot bookkeeping played by `Slots`.
+"""The backend forward outside a server, with SGLang's slot bookkeeping played by `Slots`
+(every checkpoint variant and Engram table format: FP8, MXFP4, NVFP4, U8 or I8 codes).
 
 Oracle: the reference model (`reference.Transformer`, float64) on the same checkpoint, fed the
 whole sequence per request. The backend must give the same logits however the sequence
@@ -107,13 +108,67 @@ def test_an_odd_page_size_is_refused(ckpt):
         DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64, page_size=1)
 
 
-@pytest.mark.parametrize(("variant", "engram"), [("base", "mxfp4"), ("nvfp4", "fp8")])
+@pytest.mark.parametrize(("variant", "engram"), [("base", "mxfp4"), ("base", "nvfp4"), ("nvfp4", "fp8")])
 def test_the_other_checkpoint_variants_load_and_equal_their_reference(tiny_ckpt, variant, engram):
     ckpt = tiny_ckpt(variant, engram)
     backend = DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64)
     slots = Slots(backend.v41.text)
     [logits] = run(backend, slots, [(1, PROMPT)])
     assert close(logits, ref_last(load_reference(ckpt, torch.float64), PROMPT))
+
+
+def test_nvfp4_engram_tables_serve_the_reference_greedy_tokens(tiny_ckpt):
+    ckpt = tiny_ckpt("base", "nvfp4")
+    backend = DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64, page_size=2)
+    reference = load_reference(ckpt, torch.float64)
+    expected = generate(reference, PROMPT, 12)
+    slots = Slots(backend.v41.text)
+    run(backend, slots, [(1, PROMPT[:9])])  # a chunked prefill: 9 + 13 tokens
+    tokens = [int(run(backend, slots, [(1, PROMPT[9:])])[0].argmax())]
+    while len(tokens) < 12:
+        tokens.append(int(run(backend, slots, [(1, tokens[-1:])])[0].argmax()))
+    assert tokens == expected
+    fp8 = load_reference(tiny_ckpt("base", "fp8"), torch.float64)  # the same model, FP8 tables
+    assert not torch.equal(ref_last(reference, PROMPT), ref_last(fp8, PROMPT))
+
+
+def _with_int8_codes(src, dst):
+    """The checkpoint with its 4-bit Engram codes stored as I8 (same bytes), as the third-party
+    MXFP4-Engram release does; every other file linked unchanged."""
+    import json
+    import os
+
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir()
+    weight_map = json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]
+    codes = {n for n in weight_map if n.endswith("engram.embed.weight")}
+    for f in src.iterdir():
+        if f.name not in {weight_map[n] for n in codes}:
+            os.symlink(f, dst / f.name)
+    for file in {weight_map[n] for n in codes}:
+        tensors = load_file(src / file)
+        tensors.update({n: tensors[n].view(torch.int8) for n in codes if n in tensors})
+        save_file(tensors, dst / file, metadata={"format": "pt"})
+    return dst
+
+
+@pytest.mark.parametrize("engram", ["mxfp4", "nvfp4"])
+def test_int8_engram_codes_load_everywhere_as_the_same_bytes(tiny_ckpt, tmp_path, engram):
+    from safetensors import safe_open
+
+    from sglang_ds41.checkpoint.inspect import inspect_checkpoint
+
+    u8 = tiny_ckpt("base", engram)
+    i8 = _with_int8_codes(u8, tmp_path / "i8")
+    with safe_open(i8 / "model-00002-of-00006.safetensors", "pt") as f:
+        assert f.get_slice("layers.1.engram.embed.weight").get_dtype() == "I8"
+    assert inspect_checkpoint(i8)["engram_format"] == engram
+    reference = load_reference(i8, torch.float64)
+    assert torch.equal(ref_last(reference, PROMPT), ref_last(load_reference(u8, torch.float64), PROMPT))
+    backend = DeepseekV41ForCausalLM.for_checkpoint(i8, torch.float64)
+    [logits] = run(backend, Slots(backend.v41.text), [(1, PROMPT)])
+    assert close(logits, ref_last(reference, PROMPT))
 
 
 def test_float32_serving_stays_within_float_noise_of_the_float32_reference(ckpt):

@@ -19,7 +19,7 @@ from sglang_ds41.config import V41Config
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model.roles import LayerRole, consumes_candidates, layer_role
 
-VARIANTS = [("base", "fp8"), ("base", "mxfp4"), ("nvfp4", "fp8"), ("nvfp4", "mxfp4")]
+VARIANTS = [("base", "fp8"), ("base", "mxfp4"), ("base", "nvfp4"), ("nvfp4", "fp8"), ("nvfp4", "mxfp4")]
 
 
 def file_hashes(directory) -> dict[str, str]:
@@ -65,7 +65,15 @@ def test_release_formats_are_used(tiny_dir, variant, engram):
     # Engram tables: 434 / 606 rows (primes of Appendix B), 32 wide.
     table = stored["layers.2.engram.embed.weight"]
     assert (table.dtype, table.shape) == (("F8_E4M3", (606, 32)) if engram == "fp8" else ("U8", (606, 16)))
-    assert stored["layers.1.engram.embed.scale"].shape == (434, 1)
+    if engram == "nvfp4":  # ModelOpt names: E4M3 per 16 columns, one F32 per table
+        scale = stored["layers.1.engram.embed.weight_scale"]
+        assert (scale.dtype, scale.shape) == ("F8_E4M3", (434, 2))
+        global_scale = stored["layers.1.engram.embed.weight_scale_2"]
+        assert (global_scale.dtype, global_scale.shape) == ("F32", ())
+        assert "layers.1.engram.embed.scale" not in stored
+    else:
+        scale = stored["layers.1.engram.embed.scale"]
+        assert (scale.dtype, scale.shape) == ("F8_E8M0", (434, 1))
 
 
 def test_config_has_every_structural_feature(tiny_dir):
@@ -119,15 +127,20 @@ def test_nvfp4_variant_is_the_base_model_requantised(tiny_dir):
     assert (w_nv - w_mx).norm() < 0.1 * w_mx.norm()
 
 
-def test_mxfp4_engram_tables_are_the_fp8_tables_reencoded(tiny_dir):
+def test_4bit_engram_tables_are_the_fp8_tables_reencoded_with_least_squares_scales(tiny_dir):
     fp8, mx = Checkpoint.open(tiny_dir("base", "fp8")), Checkpoint.open(tiny_dir("base", "mxfp4"))
+    nv = Checkpoint.open(tiny_dir("base", "nvfp4"))
     for layer in (1, 2):
         prefix = f"layers.{layer}.engram.embed"
-        codes, scales = formats.fp8_rows_to_mxfp4(
-            fp8.tensor(f"{prefix}.weight"), fp8.tensor(f"{prefix}.scale")
-        )
+        values, fp8_scales = fp8.tensor(f"{prefix}.weight"), fp8.tensor(f"{prefix}.scale")
+        codes, scales = formats.fp8_rows_to_mxfp4(values, fp8_scales, scale_rule="mse")
         assert torch.equal(mx.tensor(f"{prefix}.weight"), codes)
         assert torch.equal(mx.tensor(f"{prefix}.scale").view(torch.uint8), scales.view(torch.uint8))
+        ws2 = nv.tensor(f"{prefix}.weight_scale_2")
+        assert ws2.item() == formats.fp8_rows_global_scale(fp8_scales).item()  # from the whole table
+        codes, scales, _ = formats.fp8_rows_to_nvfp4(values, fp8_scales, scale_rule="mse")
+        assert torch.equal(nv.tensor(f"{prefix}.weight"), codes)
+        assert torch.equal(nv.tensor(f"{prefix}.weight_scale").view(torch.uint8), scales.view(torch.uint8))
 
 
 def test_weights_keep_unit_scale_through_linears(tiny_dir):
@@ -156,7 +169,7 @@ def token_map_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("token-map")
 
 
-@pytest.mark.parametrize(("variant", "engram"), [("base", "fp8"), ("nvfp4", "mxfp4")])
+@pytest.mark.parametrize(("variant", "engram"), [("base", "fp8"), ("nvfp4", "mxfp4"), ("base", "nvfp4")])
 def test_reference_model_decodes_finite_varied_tokens(tiny_dir, token_map_cache, variant, engram):
     weights = pytest.importorskip("sglang_ds41.reference.weights")
     from sglang_ds41.assets import v41_tokenizer

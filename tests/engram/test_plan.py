@@ -132,3 +132,14 @@ def test_missing_config_is_a_clear_error(tmp_path) -> None:
     result = engram_plan(str(tmp_path), "--tp", "4")
     assert result.returncode == 2
     assert "no config file" in result.stderr
+
+
+def test_default_output_prints_all_three_formats(tp4_json: dict) -> None:
+    result = engram_plan(str(OFFICIAL_CONFIG), "--tp", "4")
+    assert result.returncode == 0, result.stderr
+    rows = {cells[0]: cells for line in result.stdout.splitlines() if (cells := line.split())}
+    assert (rows["fp8"][1], rows["mxfp4"][1], rows["nvfp4"][1]) == ("264", "136", "144")
+    nv = tp4_json["formats"]["nvfp4"]
+    for table, max_bytes in zip(tp4_json["tables"], nv["per_table_per_rank_max_bytes"], strict=True):
+        assert max_bytes == max(table["rows_per_rank"]) * 144 + 4  # + the replicated F32 global scale
+    assert nv["total_bytes"] == 110_595_290_400 + 2 * 4  # MODEL.md §9.2
