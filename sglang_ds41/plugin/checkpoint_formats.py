@@ -11,6 +11,7 @@ table tensor against it.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 from sglang_ds41.checkpoint.manifest import engram_table_formats
@@ -43,3 +44,31 @@ def engram_formats(model_path: str, revision: str | None = None) -> dict[int, Qu
     """Engram layer id -> table format for the checkpoint at `model_path`."""
     config = V41Config.from_file(config_file(model_path, revision))
     return {layer: Quant(fmt) for layer, fmt in engram_table_formats(config).items()}
+
+
+TABLE_PART = ".engram.embed."
+
+
+@functools.cache
+def stored_table_tensors(model_path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """`layers.L.engram.embed.<part>` -> (safetensors dtype, shape), from the shard headers only;
+    empty when `model_path` is not a local directory (the loader still checks every tensor)."""
+    from safetensors import safe_open
+
+    root = Path(model_path)
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = sorted({root / f for n, f in weight_map.items() if TABLE_PART in n})
+    elif root.is_dir():
+        files = sorted(root.glob("*.safetensors"))
+    else:
+        return {}
+    found = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                if TABLE_PART in name:
+                    piece = f.get_slice(name)
+                    found[name] = (piece.get_dtype(), tuple(piece.get_shape()))
+    return found

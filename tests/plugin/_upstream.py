@@ -37,10 +37,15 @@ def serving(ckpt: Path, tp_size: int = 1, tp_rank: int = 0) -> Iterator[None]:
 
 
 def load_table(embed, ckpt: Path, layer: int, codes_dtype: torch.dtype | None = None) -> None:
-    """Feed the layer's two table tensors to upstream's weight loaders, as `load_weights` does."""
-    for part in ("weight", "scale"):
-        tensor = checkpoint_tensor(ckpt, f"layers.{layer}.engram.embed.{part}")
+    """Feed every table tensor of the layer in the checkpoint (FP8 / MXFP4: weight + scale; NVFP4:
+    weight + weight_scale + weight_scale_2) to the parameter of that name, as `load_weights` does."""
+    prefix = f"layers.{layer}.engram.embed."
+    weight_map = json.loads((ckpt / "model.safetensors.index.json").read_text())["weight_map"]
+    params = dict(embed.named_parameters())
+    parts = sorted(name.removeprefix(prefix) for name in weight_map if name.startswith(prefix))
+    assert sorted(params) == parts, f"checkpoint tensors {parts}, module parameters {sorted(params)}"
+    for part in parts:
+        tensor = checkpoint_tensor(ckpt, prefix + part)
         if part == "weight" and codes_dtype is not None:
             tensor = tensor.view(codes_dtype)
-        param = getattr(embed, part)
-        param.weight_loader(param, tensor)
+        params[part].weight_loader(params[part], tensor)

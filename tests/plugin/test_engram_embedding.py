@@ -10,6 +10,7 @@ loaders, `forward`; only the table class is ours, put there by `load_plugins()`.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from importlib.metadata import entry_points
 
@@ -61,7 +62,7 @@ def test_rank_lookup_equals_project_table_bit_for_bit(upstream_engram, tiny_ckpt
         module, layout = build_engram(upstream_engram, ckpt, layer, tp_size, tp_rank)
         embed = module.embed
         assert embed.table_format.value == engram
-        expected_dtype = torch.uint8 if engram == "mxfp4" else torch.float8_e4m3fn
+        expected_dtype = torch.float8_e4m3fn if engram == "fp8" else torch.uint8
         assert embed.weight.dtype == expected_dtype
         load_table(embed, ckpt, layer)
         ids = all_row_ids(layout, layer)
@@ -79,8 +80,9 @@ def test_rank_lookup_equals_project_table_bit_for_bit(upstream_engram, tiny_ckpt
             assert torch.equal(embed(ids).view(torch.int16), want.view(torch.int16))
 
 
-def test_third_party_int8_codes_load_as_the_same_bytes(upstream_engram, tiny_ckpt):
-    ckpt = tiny_ckpt("mxfp4")
+@pytest.mark.parametrize("engram", ["mxfp4"])
+def test_third_party_int8_codes_load_as_the_same_bytes(upstream_engram, tiny_ckpt, engram):
+    ckpt = tiny_ckpt(engram)
     module, _ = build_engram(upstream_engram, ckpt, 1)
     load_table(module.embed, ckpt, 1, codes_dtype=torch.int8)
     assert torch.equal(module.embed.weight, checkpoint_tensor(ckpt, "layers.1.engram.embed.weight"))
@@ -151,24 +153,50 @@ def _with_config(tmp_path, ckpt, quant_update: dict):
 
 
 @pytest.mark.parametrize(
-    ("tensors", "declared", "found"),
+    ("tensors", "declared", "problems"),
     [
-        ("fp8", {"engram_embed_quant": "mxfp4", "engram_embed_block_size": 32}, "float8_e4m3fn [434, 32]"),
-        ("mxfp4", {}, "uint8 [434, 16]"),
+        (
+            "fp8",
+            {"engram_embed_quant": "mxfp4", "engram_embed_block_size": 32},
+            ["layers.1.engram.embed.weight: expected U8 or I8 [434, 16], found F8_E4M3 [434, 32]"],
+        ),
+        ("mxfp4", {}, ["layers.1.engram.embed.weight: expected F8_E4M3 [434, 32], found U8 [434, 16]"]),
     ],
 )
-def test_tables_that_contradict_the_config_fail_at_load_naming_the_tensor(
-    upstream_engram, tiny_ckpt, tmp_path, tensors, declared, found
+def test_tables_that_contradict_the_config_fail_before_allocation_naming_each_tensor(
+    upstream_engram, tiny_ckpt, tmp_path, tensors, declared, problems
 ):
     from sglang_ds41.plugin.engram_embedding import EngramFormatError
 
     ckpt = _with_config(tmp_path, tiny_ckpt(tensors), declared)
-    module, _ = build_engram(upstream_engram, ckpt, 1)
     with pytest.raises(EngramFormatError) as error:
-        load_table(module.embed, ckpt, 1)
+        build_engram(upstream_engram, ckpt, 1)
     message = str(error.value)
-    assert "layers.1.engram.embed.weight" in message and f"found {found}" in message
-    assert ("MXFP4" if declared else "FP8") in message
+    assert (
+        f"declares {(declared.get('engram_embed_quant') or 'fp8').upper()} Engram tables for layer 1"
+        in message
+    )
+    for problem in problems:
+        assert problem in message
+
+
+@pytest.mark.parametrize(
+    ("engram", "part", "bad", "found"),
+    [
+        ("mxfp4", "weight", torch.zeros(434, 32, dtype=torch.float8_e4m3fn), "found float8_e4m3fn [434, 32]"),
+        ("mxfp4", "scale", torch.zeros(433, 1, dtype=torch.uint8), "found uint8 [433, 1]"),
+    ],
+)
+def test_the_loader_also_checks_every_tensor_it_is_given(
+    upstream_engram, tiny_ckpt, engram, part, bad, found
+):
+    """Tensors that reach the loader from elsewhere (a hub checkpoint: no headers read first)."""
+    from sglang_ds41.plugin.engram_embedding import EngramFormatError
+
+    module, _ = build_engram(upstream_engram, tiny_ckpt(engram), 1)
+    param = dict(module.embed.named_parameters())[part]
+    with pytest.raises(EngramFormatError, match=rf"layers\.1\.engram\.embed\.{part}: .*{re.escape(found)}"):
+        param.weight_loader(param, bad)
 
 
 def test_partial_conversion_reads_each_layer_in_its_own_format(upstream_engram, tiny_ckpt, tmp_path):
