@@ -20,20 +20,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="table storage format (repeatable; default: all three)",
     )
+    parser.add_argument(
+        "--hbm-gib",
+        type=float,
+        default=140.0,
+        help="GPU memory per rank, GiB, for the HBM vs host placement (default 140: an H200)",
+    )
+    parser.add_argument(
+        "--reserve-gib",
+        type=float,
+        default=10.0,
+        help="HBM kept for activations, CUDA graphs and the runtime (default 10)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from sglang_ds41.checkpoint.manifest import build_manifest
     from sglang_ds41.config import V41Config
     from sglang_ds41.engram.layout import EngramLayout
     from sglang_ds41.engram.plan import format_named, plan
+    from sglang_ds41.errors import Ds41Error
 
     config = V41Config.from_file(args.model)
     the_plan = plan(EngramLayout.from_config(config.text), args.tp, args.nnodes)
     formats = [format_named(name) for name in (args.format or ["fp8", "mxfp4", "nvfp4"])]
+    if args.hbm_gib <= 0 or args.reserve_gib < 0:
+        raise Ds41Error(
+            f"--hbm-gib must be > 0 and --reserve-gib >= 0, got {args.hbm_gib} / {args.reserve_gib}"
+        )
+    by_format = build_manifest(config).bytes_by_format()
+    other = sum(n for f, n in by_format.items() if not f.startswith("engram_"))
     report = _report(config.source, the_plan, formats)
+    report["placement"] = _placement(the_plan, formats, other, args.hbm_gib, args.reserve_gib)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -84,6 +105,59 @@ def _report(source: str, the_plan, formats) -> dict:
     }
 
 
+def _placement(the_plan, formats, other_total: int, hbm_gib: float, reserve_gib: float) -> dict:
+    from sglang_ds41.engram.plan import placements, shared_host_bytes_per_node
+
+    other = -(-other_total // the_plan.tp)  # most weights are split over TP; norms etc. are tiny
+    chosen = placements(the_plan, formats, other, int(hbm_gib * (1 << 30)), int(reserve_gib * (1 << 30)))
+    return {
+        "hbm_gib": hbm_gib,
+        "reserve_gib": reserve_gib,
+        "other_weights_per_rank_gib": _gib(other),
+        "other_weights_note": "checkpoint bytes other than the Engram tables (DSpark, vision included) / TP",
+        "formats": {
+            p.fmt.name: {
+                "engram_per_rank_gib": _gib(p.engram_bytes),
+                "kv_gib_if_tables_in_hbm": _gib(p.kv_bytes_if_hbm),
+                "kv_gib_if_tables_in_host": _gib(p.kv_bytes_if_host),
+                "placement": p.where,
+                "host_gib_per_node_per_rank_layout": _gib(the_plan.host_bytes_per_node(p.fmt)),
+                "host_gib_per_node_shared_layout": _gib(shared_host_bytes_per_node(the_plan, p.fmt)),
+            }
+            for p in chosen
+        },
+    }
+
+
+_WHERE = {
+    "hbm": "HBM (device-resident shards, the default)",
+    "host": "host: SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1",
+    "does not fit": "does not fit: the other weights alone exceed HBM; more ranks",
+}
+
+
+def _render_placement(placement: dict) -> list[str]:
+    lines = [
+        "",
+        f"Placement per rank on {placement['hbm_gib']:g} GiB of HBM (--hbm-gib), "
+        f"{placement['reserve_gib']:g} GiB reserved (--reserve-gib), "
+        f"other weights {placement['other_weights_per_rank_gib']:.2f} GiB/rank",
+        f"({placement['other_weights_note']}):",
+        f"{'format':<6}  {'Engram/rank':>11}  {'KV if in HBM':>12}  {'KV if host':>10}  "
+        f"{'host/node per_rank | shared':>27}  placement",
+    ]
+    for name, f in placement["formats"].items():
+        host = (
+            f"{f['host_gib_per_node_per_rank_layout']:.2f} | {f['host_gib_per_node_shared_layout']:.2f} GiB"
+        )
+        lines.append(
+            f"{name + ':':<6}  {f['engram_per_rank_gib']:>7.2f} GiB  "
+            f"{f['kv_gib_if_tables_in_hbm']:>8.2f} GiB  {f['kv_gib_if_tables_in_host']:>6.2f} GiB  "
+            f"{host:>27}  {_WHERE[f['placement']]}"
+        )
+    return lines
+
+
 def _render(report: dict) -> str:
     tables = report["tables"]
     tp = report["tp"]
@@ -116,4 +190,6 @@ def _render(report: dict) -> str:
     lines.append("")
     lines.append("GiB per rank = the largest rank. host/node = the shards of one node's ranks")
     lines.append("(host-memory tables, or staging while loading).")
+    if "placement" in report:
+        lines += _render_placement(report["placement"])
     return "\n".join(lines)

@@ -123,3 +123,48 @@ def plan(layout: EngramLayout, tp: int, nnodes: int = 1) -> EngramPlan:
         for layer in layout.layers
     )
     return EngramPlan(tp=tp, nnodes=nnodes, tables=tables)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one rank's Engram shards go on a GPU of `hbm_bytes`, next to its other weights.
+
+    `kv_bytes_if_hbm` is what is left for the KV cache and activations with the tables in HBM,
+    after `reserve_bytes` (CUDA graphs, activations, the runtime); negative means they do not
+    fit and the tables belong in host memory (SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE)."""
+
+    fmt: RowFormat
+    engram_bytes: int
+    other_bytes: int
+    hbm_bytes: int
+    reserve_bytes: int
+
+    @property
+    def kv_bytes_if_hbm(self) -> int:
+        return self.hbm_bytes - self.reserve_bytes - self.other_bytes - self.engram_bytes
+
+    @property
+    def kv_bytes_if_host(self) -> int:
+        return self.hbm_bytes - self.reserve_bytes - self.other_bytes
+
+    @property
+    def where(self) -> str:
+        if self.kv_bytes_if_host < 0:
+            return "does not fit"  # not even the other weights: more ranks
+        return "hbm" if self.kv_bytes_if_hbm > 0 else "host"
+
+
+def placements(
+    the_plan: EngramPlan, formats: list[RowFormat], other_bytes: int, hbm_bytes: int, reserve_bytes: int
+) -> list[Placement]:
+    """The largest rank's placement for each format; `other_bytes` = one rank's non-Engram weights."""
+    return [
+        Placement(fmt, the_plan.max_bytes_per_rank(fmt), other_bytes, hbm_bytes, reserve_bytes)
+        for fmt in formats
+    ]
+
+
+def shared_host_bytes_per_node(the_plan: EngramPlan, fmt: RowFormat) -> int:
+    """Host memory per node with upstream's `shared` host-table layout: one whole copy of every
+    table per node, mapped by all its ranks (the `per_rank` layout needs `host_bytes_per_node`)."""
+    return the_plan.total_bytes(fmt)

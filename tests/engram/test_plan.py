@@ -143,3 +143,38 @@ def test_default_output_prints_all_three_formats(tp4_json: dict) -> None:
     for table, max_bytes in zip(tp4_json["tables"], nv["per_table_per_rank_max_bytes"], strict=True):
         assert max_bytes == max(table["rows_per_rank"]) * 144 + 4  # + the replicated F32 global scale
     assert nv["total_bytes"] == 110_595_290_400 + 2 * 4  # MODEL.md §9.2
+
+
+# MODEL.md §9.1: the base release's bytes; §9.2: the two FP8 tables' rows (264 B each)
+OFFICIAL_BYTES = 510_286_023_000
+OFFICIAL_FP8_TABLE_BYTES = (384_006_168 + 384_016_682) * 264
+
+
+@pytest.mark.parametrize(
+    ("hbm_gib", "expected"),
+    [
+        (140, {"fp8": "hbm", "mxfp4": "hbm", "nvfp4": "hbm"}),  # an H200: both fit, MXFP4 leaves more KV
+        (120, {"fp8": "host", "mxfp4": "hbm", "nvfp4": "hbm"}),  # FP8 tables must leave HBM, MXFP4 stay
+        (80, {"fp8": "does not fit", "mxfp4": "does not fit", "nvfp4": "does not fit"}),
+    ],
+)
+def test_placement_per_rank_puts_tables_where_they_fit(hbm_gib, expected) -> None:
+    result = engram_plan(str(OFFICIAL_CONFIG), "--tp", "4", "--hbm-gib", str(hbm_gib), "--json")
+    assert result.returncode == 0, result.stderr
+    placement = json.loads(result.stdout)["placement"]
+    other_gib = (OFFICIAL_BYTES - OFFICIAL_FP8_TABLE_BYTES) / 4 / 2**30
+    assert placement["other_weights_per_rank_gib"] == pytest.approx(other_gib, abs=0.01)
+    engram_gib = {"fp8": 47.21, "mxfp4": 24.32, "nvfp4": 25.75}
+    for name, where in expected.items():
+        f = placement["formats"][name]
+        assert f["placement"] == where
+        kv_gib = hbm_gib - 10 - other_gib - engram_gib[name]  # 10: the default --reserve-gib
+        assert f["kv_gib_if_tables_in_hbm"] == pytest.approx(kv_gib, abs=0.02)
+
+
+def test_placement_is_in_the_table_output() -> None:
+    result = engram_plan(str(OFFICIAL_CONFIG), "--tp", "4", "--hbm-gib", "120")
+    assert result.returncode == 0, result.stderr
+    lines = {cells[0]: line for line in result.stdout.splitlines() if (cells := line.split())}
+    assert "host: SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1" in lines["fp8:"]
+    assert "HBM" in lines["mxfp4:"]
