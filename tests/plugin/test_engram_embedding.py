@@ -54,7 +54,7 @@ def test_load_plugins_installs_our_table_class(upstream_engram):
     assert Ds41EngramEmbedding.__mro__[1].__module__ == "sglang.srt.layers.engram"
 
 
-@pytest.mark.parametrize("engram", ["mxfp4", "fp8"])
+@pytest.mark.parametrize("engram", ["mxfp4", "nvfp4", "fp8"])
 @pytest.mark.parametrize(("tp_size", "tp_rank"), [(1, 0), (2, 0), (2, 1), (4, 0), (4, 1), (4, 2), (4, 3)])
 def test_rank_lookup_equals_project_table_bit_for_bit(upstream_engram, tiny_ckpt, engram, tp_size, tp_rank):
     ckpt = tiny_ckpt(engram)
@@ -80,7 +80,7 @@ def test_rank_lookup_equals_project_table_bit_for_bit(upstream_engram, tiny_ckpt
             assert torch.equal(embed(ids).view(torch.int16), want.view(torch.int16))
 
 
-@pytest.mark.parametrize("engram", ["mxfp4"])
+@pytest.mark.parametrize("engram", ["mxfp4", "nvfp4"])
 def test_third_party_int8_codes_load_as_the_same_bytes(upstream_engram, tiny_ckpt, engram):
     ckpt = tiny_ckpt(engram)
     module, _ = build_engram(upstream_engram, ckpt, 1)
@@ -161,6 +161,15 @@ def _with_config(tmp_path, ckpt, quant_update: dict):
             ["layers.1.engram.embed.weight: expected U8 or I8 [434, 16], found F8_E4M3 [434, 32]"],
         ),
         ("mxfp4", {}, ["layers.1.engram.embed.weight: expected F8_E4M3 [434, 32], found U8 [434, 16]"]),
+        (
+            "mxfp4",
+            {"engram_embed_quant": "nvfp4", "engram_embed_block_size": 16},
+            [
+                "layers.1.engram.embed.weight_scale: missing (expected F8_E4M3 [434, 2])",
+                "layers.1.engram.embed.weight_scale_2: missing (expected F32 [])",
+                "layers.1.engram.embed.scale: not a tensor of NVFP4 tables",
+            ],
+        ),
     ],
 )
 def test_tables_that_contradict_the_config_fail_before_allocation_naming_each_tensor(
@@ -185,6 +194,8 @@ def test_tables_that_contradict_the_config_fail_before_allocation_naming_each_te
     [
         ("mxfp4", "weight", torch.zeros(434, 32, dtype=torch.float8_e4m3fn), "found float8_e4m3fn [434, 32]"),
         ("mxfp4", "scale", torch.zeros(433, 1, dtype=torch.uint8), "found uint8 [433, 1]"),
+        ("nvfp4", "weight_scale_2", torch.tensor(float("inf")), "found float32 [] = inf"),
+        ("nvfp4", "weight_scale_2", torch.tensor([0.5, 0.5]), "found float32 [2]"),
     ],
 )
 def test_the_loader_also_checks_every_tensor_it_is_given(
