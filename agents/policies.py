@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 import json
 import os
@@ -21,12 +22,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import httpx
 import openai
 
 from .errors import AgentConfigError, IncompleteStream
 from .tools import PreparedCall, ToolContext, result_text
 from .trust import UntrustedContent
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """TransportError of the HTTP library under the openai client: httpx2 from openai 3, httpx
+    before (both may be installed)."""
+    found = []
+    for name in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError, AttributeError):
+            found.append(importlib.import_module(name).TransportError)
+    return tuple(found)
+
+
+_TRANSPORT_ERRORS = _transport_errors()
 
 # --------------------------------------------------------------------------------------------
 # Limits
@@ -118,7 +131,7 @@ class RetryPolicy:
     def retryable(self, error: BaseException) -> bool:
         if isinstance(error, openai.APIStatusError):
             return error.status_code in _RETRY_STATUS
-        return isinstance(error, openai.APIConnectionError | httpx.TransportError | IncompleteStream)
+        return isinstance(error, (openai.APIConnectionError, IncompleteStream, *_TRANSPORT_ERRORS))
 
     def delay_s(
         self, attempt: int, error: BaseException | None = None, rng: random.Random | None = None
