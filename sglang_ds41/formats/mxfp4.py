@@ -101,7 +101,7 @@ def dequantize_mxfp4(
 
 
 def fp8_rows_to_mxfp4(
-    values: torch.Tensor, scales: torch.Tensor, block: int = 32, scale_rule: str = "ocp"
+    values: torch.Tensor, scales: torch.Tensor, block: int = 32, *, scale_rule: str = "ocp"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Re-encode FP8 row blocks (e.g. the official Engram table) as MXFP4.
 

@@ -155,6 +155,7 @@ def fp8_rows_to_nvfp4(
     scales: torch.Tensor,
     weight_scale_2: torch.Tensor | float | None = None,
     block: int = 32,
+    *,
     scale_rule: str = "modelopt",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Re-encode FP8 row blocks (the official Engram table) as NVFP4 Engram rows.
