@@ -46,7 +46,7 @@ import torch
 
 from sglang_ds41.engram import gather_triton
 from sglang_ds41.engram.gather import FP8, MXFP4
-from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows
+from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gather
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DIM = 256  # official engram_head_dim
@@ -64,8 +64,8 @@ class Table:
 
     def __init__(self, fmt: str, layout: str, rows: int, memory: str, device: torch.device):
         self.fmt, self.layout, self.rows, self.memory = fmt, layout, rows, memory
-        self.value_bytes = DIM // 2 if fmt == "mxfp4" else DIM
-        self.scale_bytes = DIM // 32
+        self.value_bytes = DIM if fmt == "fp8" else DIM // 2
+        self.scale_bytes = DIM // 16 if fmt == "nvfp4" else DIM // 32
         self.nbytes = rows * (self.value_bytes + self.scale_bytes)
         self._mm = None
         self.registered = False
@@ -147,6 +147,10 @@ def gather_fn(table: Table, upstream_fp8, sort_ids: bool):
         w, s = table.pointers
         if table.fmt == "mxfp4":
             return lambda ids, out: mxfp4_gather(w, s, ids, out, DIM, row_hi=table.rows, sort_ids=sort_ids)
+        if table.fmt == "nvfp4":
+            return lambda ids, out: nvfp4_gather(
+                w, s, ids, out, DIM, 0.01, row_hi=table.rows, sort_ids=sort_ids
+            )
         if upstream_fp8 is None:
             return None
         return lambda ids, out: upstream_fp8(w, s, ids, out, DIM, 32, row_hi=table.rows, sort_ids=sort_ids)
@@ -327,7 +331,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     timings: list[dict[str, object]] = []
     graph_result: dict[str, object] | None = None
     for memory in memories:
-        for fmt, layout in (("mxfp4", "split"), ("fp8", "split"), ("mxfp4", "packed"), ("fp8", "packed")):
+        for fmt, layout in (
+            ("mxfp4", "split"), ("nvfp4", "split"), ("fp8", "split"), ("mxfp4", "packed"), ("fp8", "packed")
+        ):  # fmt: skip
             if fmt == "fp8" and layout == "split" and upstream_fp8 is None:
                 continue
             t1 = time.time()
@@ -361,20 +367,20 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 
 def ratios(timings: list[dict[str, object]]) -> list[dict[str, object]]:
-    """MXFP4 / FP8 time for each (memory, layout, sorted, call); FP8 split = the upstream peer."""
+    """4-bit / FP8 time for each (memory, format, layout, sorted, call); FP8 split = the upstream peer."""
     by_key = {
         (t["memory"], t["format"], t["layout"], t["sorted"], t["call"]): t["ms"] for t in timings if "ms" in t
     }
     out = []
     for (memory, fmt, layout, sort_ids, call), ms in sorted(by_key.items(), key=str):
-        if fmt != "mxfp4":
+        if fmt == "fp8":
             continue
         peer = by_key.get((memory, "fp8", "split", sort_ids, call)) or by_key.get(
             (memory, "fp8", layout, sort_ids, call)
         )
         if peer:
-            out.append({"memory": memory, "layout": layout, "sorted": sort_ids, "call": call,
-                        "mxfp4_ms": ms, "fp8_ms": peer, "ratio": ms / peer})  # fmt: skip
+            out.append({"memory": memory, "format": fmt, "layout": layout, "sorted": sort_ids, "call": call,
+                        "fp4_ms": ms, "fp8_ms": peer, "ratio": ms / peer})  # fmt: skip
     return out
 
 
@@ -382,13 +388,14 @@ def table_text(report: dict[str, object]) -> str:
     lines = [
         f"FP8 peer: {report['fp8_peer']}; rows per rank table: {report['rows']:,}",
         "",
-        "| memory | MXFP4 layout | ids | call | MXFP4 ms | FP8 ms | MXFP4/FP8 |",
+        "| memory | 4-bit format, layout | ids | call | 4-bit ms | FP8 ms | 4-bit/FP8 |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in report["ratios"]:
         lines.append(
-            f"| {r['memory']} | {r['layout']} | {'sorted' if r['sorted'] else 'unsorted'} | {r['call']} | "
-            f"{r['mxfp4_ms']:.4f} | {r['fp8_ms']:.4f} | {r['ratio']:.2f} |"
+            f"| {r['memory']} | {r['format']} {r['layout']} | "
+            f"{'sorted' if r['sorted'] else 'unsorted'} | {r['call']} | "
+            f"{r['fp4_ms']:.4f} | {r['fp8_ms']:.4f} | {r['ratio']:.2f} |"
         )
     return "\n".join(lines)
 

@@ -24,6 +24,6 @@ def test_gpu_benchmark_smoke_run_is_correct_and_measures_every_mode(tmp_path):
     assert report["correctness"] and all(v is True for v in report["correctness"].values())
     measured = {(t["memory"], t["format"], t["layout"]) for t in report["timings"] if "ms" in t}
     for memory in ("device", "torch_pinned", "host_registered"):
-        for fmt, layout in (("mxfp4", "split"), ("mxfp4", "packed"), ("fp8", "packed")):
+        for fmt, layout in (("mxfp4", "split"), ("nvfp4", "split"), ("mxfp4", "packed"), ("fp8", "packed")):
             assert (memory, fmt, layout) in measured
     assert report["ratios"] and all(r["ratio"] > 0 for r in report["ratios"])
