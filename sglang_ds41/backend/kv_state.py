@@ -1,4 +1,4 @@
-"""V4.1's per-token state in buffers indexed by SGLang's KV slot ids (INTERNALS §3.4, §6 Steps A-C).
+"""V4.1's per-token state in buffers indexed by SGLang's KV slot ids (docs/SGLANG_CPU.md §3.4, §6).
 
 SGLang hands every new token a KV slot (`forward_batch.out_cache_loc`) and lists a request's
 slots in `req_to_token[req_pool_idx, :seq_len]`; the radix cache keeps a prefix's slots alive

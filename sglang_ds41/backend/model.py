@@ -7,7 +7,7 @@ adds only SGLang's batching, KV slots and TP. Read it beside `reference.model.Bl
 `Transformer`: `DeepseekV41DecoderLayer.forward` is `Block.forward` with the attention state
 coming from the slot store.
 
-State (INTERNALS §6 Step A): everything per token lives in model-owned buffers indexed by
+State (docs/SGLANG_CPU.md §6.1): everything per token lives in model-owned buffers indexed by
 SGLang's KV slot ids (`kv_state.SlotState`: token ids, window KV, compressed latents, index
 keys; the ratio-2 pending token per request slot), read back through `req_to_token`, so
 chunked prefill, decode and radix prefix hits resume exactly. SGLang's own MHA pool only
