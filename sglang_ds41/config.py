@@ -1,9 +1,12 @@
-"""The DeepSeek-V4.1 `config.json` as typed, validated, frozen objects (MODEL.md §1).
+"""The DeepSeek-V4.1 `config.json` as typed, validated, frozen objects (docs/MODEL.md §1).
 
 The released file is nested: root identity and `quantization_config` at the root, the language
 model under `text_config`, the ViT under `vision_config`. Fields the release omits get the
-V4.1 values of MODEL.md §1.1 (never SGL's V4-era dataclass defaults). Every problem is a
+V4.1 values of docs/MODEL.md §1.1 (never SGL's V4-era dataclass defaults). Every problem is a
 `Ds41Error` naming the field, so a bad config fails at load time instead of deep in a forward.
+
+Every field below carries a one-line comment: what it is, the official release's value, and the
+section of docs/MODEL.md it comes from (`§4.2` = docs/MODEL.md §4.2).
 """
 
 from __future__ import annotations
@@ -32,144 +35,144 @@ class ConfigError(Ds41Error):
 class RopeScaling:
     """YaRN numbers; applied only to compressed (ratio 1/2) layers (§4.2)."""
 
-    rope_type: str
-    factor: float
-    beta_fast: float
-    beta_slow: float
-    original_max_position_embeddings: int
+    rope_type: str  # "yarn" (§4.2)
+    factor: float  # 16: the slow end of the blend uses f / factor (§4.2)
+    beta_fast: float  # 32: rotations per context that set the ramp's start `lo` (§4.2)
+    beta_slow: float  # 1: rotations per context that set the ramp's end `hi` (§4.2)
+    original_max_position_embeddings: int  # 65536: the pre-extension context in lo / hi (§4.2)
 
 
 @dataclass(frozen=True)
 class QuantizationConfig:
     """Root `quantization_config`: FP8 32x32 blocks + MXFP4 experts, or the NVIDIA NVFP4 mix (§1.2)."""
 
-    quant_method: str
-    activation_scheme: str = "dynamic"
-    weight_block_size: tuple[int, ...] = (32, 32)
-    scale_fmt: str = "ue8m0"
-    expert_dtype: str = "fp4"
+    quant_method: str  # "fp8" in both releases (§1.1, §1.2)
+    activation_scheme: str = "dynamic"  # FP8 activation scales computed at run time (§8.1)
+    weight_block_size: tuple[int, ...] = (32, 32)  # FP8 weight blocks, one scale per 32x32 (§8.1)
+    scale_fmt: str = "ue8m0"  # block scales are powers of two, E8M0 bytes (§8.1)
+    expert_dtype: str = "fp4"  # routed experts stored as MXFP4 (§8.2)
     # NVIDIA ModelOpt release only (§1.2); absent in the base release.
-    quant_algo: str | None = None
-    moe_quant_algo: str | None = None
-    group_size: int | None = None
-    kv_cache_quant_algo: str | None = None
-    ignore: tuple[str, ...] = ()
-    quantized_layers: Mapping[str, Any] | None = None
-    config_groups: Mapping[str, Any] | None = None
-    producer: Mapping[str, Any] | None = None
-    # MXFP4 Engram tables (MODEL.md §8.4); absent or "fp8" = the official FP8 tables.
-    engram_embed_quant: str | None = None
-    engram_embed_block_size: int | None = None
-    engram_embed_layers: tuple[int, ...] | None = None
+    quant_algo: str | None = None  # "MIXED_PRECISION" (§1.2)
+    moe_quant_algo: str | None = None  # "NVFP4": the routed experts' format (§1.2, §8.3)
+    group_size: int | None = None  # 16 values per NVFP4 E4M3 scale (§8.3)
+    kv_cache_quant_algo: str | None = None  # null: ModelOpt leaves the KV cache alone (§1.2)
+    ignore: tuple[str, ...] = ()  # module patterns ModelOpt did not quantise (§1.2)
+    quantized_layers: Mapping[str, Any] | None = None  # experts listed here are NVFP4 (§1.2)
+    config_groups: Mapping[str, Any] | None = None  # ModelOpt's W4A4 group description (§1.2)
+    producer: Mapping[str, Any] | None = None  # {"name": "modelopt", "version": ...} (§1.2)
+    # Ours: 4-bit Engram tables (§8.4); absent or "fp8" = the official FP8 tables.
+    engram_embed_quant: str | None = None  # "mxfp4" / "nvfp4" / "fp8" Engram table format (§8.4)
+    engram_embed_block_size: int | None = None  # values per table scale: 32 MXFP4, 16 NVFP4 (§8.4)
+    engram_embed_layers: tuple[int, ...] | None = None  # Engram layer ids converted; None = all (§8.4)
 
 
 @dataclass(frozen=True)
 class TextConfig:
     """`text_config`: the 40-layer MoE decoder, its attention schedule, Engram and DSpark."""
 
-    model_type: str
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    qk_rope_head_dim: int
-    q_lora_rank: int
-    o_lora_rank: int
-    o_groups: int
-    hidden_act: str
-    swiglu_limit: float
-    rms_norm_eps: float
-    max_position_embeddings: int
-    rope_theta: float
-    rope_scaling: RopeScaling | None
-    compress_rope_theta: float
-    n_routed_experts: int
-    n_shared_experts: int
-    num_experts_per_tok: int
-    moe_intermediate_size: int
-    scoring_func: str
-    topk_method: str
-    norm_topk_prob: bool
-    routed_scaling_factor: float
-    sliding_window: int
-    compress_ratios: tuple[int, ...]
-    kv_source_layer_ids: tuple[int, ...]
-    index_source_layer_ids: tuple[int, ...]
-    index_n_heads: int
-    index_head_dim: int
-    index_topk: int
-    candidate_source_layer_id: int
-    candidate_topk_blocks: int
-    candidate_block_size: int
-    hc_mult: int
-    hc_sinkhorn_iters: int
-    hc_eps: float
-    engram_layer_ids: tuple[int, ...]
-    engram_num_embeddings: tuple[int, ...]
-    engram_max_ngram_size: int
-    engram_vocab_size: int
-    engram_n_heads: int
-    engram_head_dim: int
-    engram_pad_token_id: int
-    engram_compressed_vocab_size: int
-    num_nextn_predict_layers: int
+    model_type: str  # "deepseek_v41_text" (§1.1)
+    vocab_size: int  # 129280 token ids: rows of `embed` and `head` (§1.1, §8.6.1)
+    hidden_size: int  # D = 5120, the model width (§1.1)
+    num_hidden_layers: int  # 40 backbone layers; the DSpark stages come on top (§1.1, §1.3)
+    num_attention_heads: int  # 64 query heads (§4.2)
+    num_key_value_heads: int  # 1: the single latent that is both key and value (§4.2)
+    head_dim: int  # 512 channels per query head and per K=V latent (§4.2)
+    qk_rope_head_dim: int  # 64: the trailing channels of a head that RoPE rotates (§4.2)
+    q_lora_rank: int  # 1280: width of q_lora between wq_a and wq_b (§4.2)
+    o_lora_rank: int  # 1024: each output group's width after wo_a (§4.3)
+    o_groups: int  # 8 groups of heads in the output projection (§4.3)
+    hidden_act: str  # "silu": the SwiGLU gate activation of the experts (§6.3)
+    swiglu_limit: float  # 10.0: clamp of both SwiGLU branches (§6.3)
+    rms_norm_eps: float  # 1e-20: eps of every LM RMSNorm, the mHC and Engram statistics (§3.2, §5.6)
+    max_position_embeddings: int  # 1048576 = 65536 x 16 positions (§1.1)
+    rope_theta: float  # 10000: RoPE base of window-only layers, no YaRN (§4.2)
+    rope_scaling: RopeScaling | None  # the YaRN blend of compressed layers (§4.2)
+    compress_rope_theta: float  # 160000: RoPE base of compressed (ratio 1/2) layers (§4.2)
+    n_routed_experts: int  # 384 routed experts per layer (§6.1)
+    n_shared_experts: int  # 1 always-on shared expert (§6.1)
+    num_experts_per_tok: int  # 6 routed experts per token (§6.2)
+    moe_intermediate_size: int  # 2304: hidden width of routed and shared experts (§6.1)
+    scoring_func: str  # "sqrtsoftplus": router scores sqrt(softplus(logits)) (§6.2)
+    topk_method: str  # "noaux_tc": experts selected on scores + bias (§6.2)
+    norm_topk_prob: bool  # true: the selected scores are normalised to sum 1 (§6.2)
+    routed_scaling_factor: float  # 1.5: factor on the normalised routing weights (§6.2)
+    sliding_window: int  # 128 window positions, the query's own included (§4.3)
+    compress_ratios: tuple[int, ...]  # per layer then DSpark stage: 0 window, 1 or 2 tokens/entry (§1.3)
+    kv_source_layer_ids: tuple[int, ...]  # [2, 8, 14, 20]: Full layers with a compressor (§1.3, §4.4)
+    index_source_layer_ids: tuple[int, ...]  # layers that run their own indexer queries (§1.3, §4.5)
+    index_n_heads: int  # 32 indexer heads (§4.5)
+    index_head_dim: int  # 128: width of an indexer head and index key (§4.5)
+    index_topk: int  # 512 compressed entries attended per query (§4.5)
+    candidate_source_layer_id: int  # 20: publishes the candidate block mask (§4.5)
+    candidate_topk_blocks: int  # 2048 candidate blocks kept per query (§4.5)
+    candidate_block_size: int  # 8 compressed entries per candidate block (§4.5)
+    hc_mult: int  # hc = 4 copies of the residual stream (§3)
+    hc_sinkhorn_iters: int  # 20 Sinkhorn normalisation rounds for comb (§3.2)
+    hc_eps: float  # 1e-6: added to pre and inside Sinkhorn (§3.2)
+    engram_layer_ids: tuple[int, ...]  # [1, 14]: layers with an Engram memory (§5)
+    engram_num_embeddings: tuple[int, ...]  # table rows per Engram layer, sums of its primes (§5.3)
+    engram_max_ngram_size: int  # 4: hashed n-grams of 2, 3 and 4 tokens (§5.3, §5.5)
+    engram_vocab_size: int  # 16000000: the prime search starts above it (§5.3)
+    engram_n_heads: int  # 8 hash heads per n-gram size (§5.3)
+    engram_head_dim: int  # 256 values per table row (§5.1)
+    engram_pad_token_id: int  # 2: its compressed id stands for blocked look-backs (§5.2, §5.5)
+    engram_compressed_vocab_size: int  # 99092: the token map's size; sets the multipliers (§5.2, §5.4)
+    num_nextn_predict_layers: int  # 3 DSpark draft stages (§10)
     # Present in the release; defaults = released values, for hand-written (test) configs.
-    attention_bias: bool = False
-    attention_dropout: float = 0.0
-    initializer_range: float = 0.02
-    use_cache: bool = True
-    tie_word_embeddings: bool = False
-    dspark_block_size: int = 5
-    dspark_noise_token_id: int = 128799
-    dspark_target_layer_ids: tuple[int, ...] = ()
-    dspark_markov_rank: int = 256
-    dspark_n_routed_experts: int = 128
-    dspark_num_experts_per_tok: int = 3
+    attention_bias: bool = False  # false: no biases in the attention linears (§1.1)
+    attention_dropout: float = 0.0  # 0.0, training only (§1.1)
+    initializer_range: float = 0.02  # 0.02, training only (§1.1)
+    use_cache: bool = True  # true, HF generation flag (§1.1)
+    tie_word_embeddings: bool = False  # false: `head` is its own tensor (§2)
+    dspark_block_size: int = 5  # 5 positions per draft block (§10)
+    dspark_noise_token_id: int = 128799  # fills the draft block after the anchor token (§10)
+    dspark_target_layer_ids: tuple[int, ...] = ()  # [37, 38, 39]: layers that feed DSpark (§3.3, §10)
+    dspark_markov_rank: int = 256  # rank of the DSpark Markov head (§10)
+    dspark_n_routed_experts: int = 128  # routed experts per DSpark stage (§6.1, §10)
+    dspark_num_experts_per_tok: int = 3  # routed experts per token in DSpark (§10)
     # Absent from the release: V4.1 values (§1.1), not SGL's V4 defaults.
-    num_hash_layers: int = 0
-    n_group: int = 1
-    topk_group: int = 1
-    first_k_dense_replace: int = 0
-    gate_temp: float = 1.0
-    q_head_norm: bool = False
-    hc_pre_from_prev_sublayer: bool = True
+    num_hash_layers: int = 0  # 0 hash-routed MoE layers (V4 had 3) (§1.1, §6.4)
+    n_group: int = 1  # 1: no group-limited routing (§1.1, §6.2)
+    topk_group: int = 1  # 1: no group-limited routing (§1.1, §6.2)
+    first_k_dense_replace: int = 0  # 0: every layer is MoE (§1.1, §6.1)
+    gate_temp: float = 1.0  # router logits are divided by it (§6.2)
+    q_head_norm: bool = False  # False: no per-head query norm in V4.1 (§4.2)
+    hc_pre_from_prev_sublayer: bool = True  # True: a sublayer collapses with the previous site's pre (§3.3)
 
 
 @dataclass(frozen=True)
 class VisionConfig:
     """`vision_config`: the ViT and its image preprocessing (§7)."""
 
-    model_type: str
-    num_hidden_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    intermediate_size: int
-    patch_size: int
-    rope_theta: float
-    downsample_ratio: int
-    max_image_tokens: int
-    min_pixels: int
-    max_wh_ratio: float | None = None
+    model_type: str  # "deepseek_v41_vision" (§1.1)
+    num_hidden_layers: int  # 32 ViT blocks (§7.2)
+    hidden_size: int  # 1024: ViT width (§7.2)
+    num_attention_heads: int  # 16 ViT heads of 64 (§7.2)
+    intermediate_size: int  # 2816: ViT MLP width (§7.2)
+    patch_size: int  # 14 px patches (§7.1)
+    rope_theta: float  # 10000: base of the ViT's 2-D RoPE (§7.2)
+    downsample_ratio: int  # 3: the aligner merges 3x3 patches into one LM position (§7.1, §7.2)
+    max_image_tokens: int  # 1024: most prompt positions one image may take (§7.1)
+    min_pixels: int  # 295936 = 544^2: smaller images are scaled up to this area (§7.1)
+    max_wh_ratio: float | None = None  # null: no clamp of the aspect ratio (§7.1)
 
 
 @dataclass(frozen=True)
 class V41Config:
     """The whole `config.json`."""
 
-    text: TextConfig
-    vision: VisionConfig | None
-    quantization: QuantizationConfig | None
-    architectures: tuple[str, ...]
-    model_type: str
-    bos_token_id: int
-    eos_token_id: int
-    pad_token_id: int
-    image_token_id: int
-    dtype: str = "bfloat16"
-    transformers_version: str | None = None
-    source: str = field(default="<dict>", compare=False)
+    text: TextConfig  # `text_config`: the language model (§1.1)
+    vision: VisionConfig | None  # `vision_config`: the vision tower; None if absent (§1.1, §7)
+    quantization: QuantizationConfig | None  # root `quantization_config`; None = unquantised (§1.1, §1.2)
+    architectures: tuple[str, ...]  # ["DeepseekV41ForCausalLM"] (§1.1)
+    model_type: str  # "deepseek_v41" (§1.1)
+    bos_token_id: int  # 0 (§1.1)
+    eos_token_id: int  # 1 (§1.1)
+    pad_token_id: int  # 2 (§1.1)
+    image_token_id: int  # 129264: the placeholder id every image position carries (§7.3)
+    dtype: str = "bfloat16"  # "bfloat16": activation dtype (§1.1)
+    transformers_version: str | None = None  # "5.6.0", informational (§1.1)
+    source: str = field(default="<dict>", compare=False)  # ours: where the config was read, for messages
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> V41Config:
