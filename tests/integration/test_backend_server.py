@@ -6,10 +6,10 @@ server schedules the work: one-shot or chunked prefill, radix prefix hits (page-
 requested prefix that ends mid ratio-2 pair or mid Engram n-gram is cut back), batches.
 
 Servers: the base checkpoint (FP8 Engram) with the radix cache on; the NVFP4 checkpoint with
-MXFP4 Engram tables, a small `--chunked-prefill-size` and the radix cache off (`--tp 2` is in
-test_backend_tp2.py). All run SGLang's sliding-window pool (window KV held for the last window
-only; the tiny window is 8 tokens, so a prefix hit far behind where a request ended is cut back
-to where its window is whole). (SGLang
+NVFP4 Engram tables, a small `--chunked-prefill-size` and the radix cache off (`--tp 2`, with
+converted MXFP4 Engram tables, is in test_backend_tp2.py). All run SGLang's sliding-window pool
+(window KV held for the last window only; the tiny window is 8 tokens, so a prefix hit far
+behind where a request ended is cut back to where its window is whole). (SGLang
 wants the chunk size to be a multiple of the page size, so with `--page-size 2` server chunks
 end at even positions; odd chunk boundaries are covered by `tests/backend/test_model.py`, and
 every other decode step starts at an odd position, resuming the ratio-2 pending token.)
@@ -37,7 +37,7 @@ def base(tmp_path_factory):
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory):
     args = ["--chunked-prefill-size", "6", "--disable-radix-cache"]
-    yield from serve_tiny(tmp_path_factory, "nvfp4", "mxfp4", args)
+    yield from serve_tiny(tmp_path_factory, "nvfp4", "nvfp4", args)
 
 
 # --- base checkpoint, radix cache on ------------------------------------------------------------
@@ -128,11 +128,11 @@ def test_a_concurrent_batch_of_different_lengths_equals_each_request_alone(base)
         assert out["output_ids"] == base.expected(prompt)
 
 
-# --- NVFP4 experts + MXFP4 Engram, chunked prefill, no radix cache ------------------------------
+# --- NVFP4 experts + NVFP4 Engram, chunked prefill, no radix cache ------------------------------
 
 
 @pytest.mark.parametrize("prompt", PROMPTS[::2], ids=["22-tokens", "42-tokens"])
-def test_chunked_prefill_of_the_nvfp4_mxfp4_checkpoint_equals_the_reference(chunked, prompt):
+def test_chunked_prefill_of_the_nvfp4_nvfp4_checkpoint_equals_the_reference(chunked, prompt):
     out = chunked.generate(prompt)
     assert out["meta_info"]["cached_tokens"] == 0
     assert out["output_ids"] == chunked.expected(prompt)
