@@ -44,6 +44,9 @@ class ParsedMessage:
     tool_calls: tuple[ParsedToolCall, ...] = ()
     finish_reason: FinishReason = "stop"
     problems: tuple[str, ...] = field(default=())
+    # The name written so far of a call the output ended inside of (not in `tool_calls`, as the
+    # official parser drops it; `problems` says so too).
+    cut_call_name: str | None = None
 
     @property
     def valid(self) -> bool:

@@ -540,14 +540,7 @@ class StreamParser:
         after = "".join(self._after_end)
         if after.strip():
             problems.append(f"text after the tool-call block was discarded: {_snippet(after)}")
-        calls = []
-        for call in self._calls:
-            arguments = "".join(call.arguments)
-            call_problems = list(call.problems)
-            if not call.closed:
-                call_problems.append("call truncated at max_tokens" if truncated else "unclosed invoke")
-            call_problems += _argument_problems(arguments)
-            calls.append(ParsedToolCall(call.id, call.name, arguments, tuple(call_problems)))
+        calls = [self._parsed_call(call, truncated) for call in self._calls]
         if calls:
             finish_reason = "length" if truncated else "tool_calls"
         return ParsedMessage(
@@ -556,7 +549,27 @@ class StreamParser:
             tool_calls=tuple(calls),
             finish_reason=finish_reason,
             problems=tuple(dict.fromkeys(problems)),
+            cut_call_name=None if self._pending_name is None else "".join(self._pending_name),
         )
+
+    @property
+    def calls_block_closed(self) -> bool:
+        """The calls block has been closed: every call in it is final, nothing after it counts."""
+        return self._block_closed
+
+    def closed_calls(self) -> tuple[ParsedToolCall, ...]:
+        """The calls whose invoke has closed so far, with their problems (all of them once
+        `calls_block_closed`); lets a streaming consumer release calls before `finish`."""
+        return tuple(self._parsed_call(call, False) for call in self._calls if call.closed)
+
+    @staticmethod
+    def _parsed_call(call: _Call, truncated: bool) -> ParsedToolCall:
+        arguments = "".join(call.arguments)
+        problems = list(call.problems)
+        if not call.closed:
+            problems.append("call truncated at max_tokens" if truncated else "unclosed invoke")
+        problems += _argument_problems(arguments)
+        return ParsedToolCall(call.id, call.name, arguments, tuple(problems))
 
     # -- segments -> deltas --------------------------------------------------------------------
 
