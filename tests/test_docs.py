@@ -32,7 +32,8 @@ _ITEM_PLAIN = re.sub(r"\?P<\w+>", "?:", _ITEM)  # the same, without group names,
 _GAP = r"[\s#*\"'`)\]]*"
 _NAMED_RE = re.compile(
     rf"(?<![\w/.-])(?:docs/)?(?P<doc>MODEL|ENCODING|SGLANG_CPU)\.md"
-    rf"(?P<refs>{_GAP}{_ITEM_PLAIN}(?:\s*(?:,|/|;|and)?[\s#*]*{_ITEM_PLAIN})*)?"
+    rf"(?:(?P<refs>{_GAP}{_ITEM_PLAIN}(?:\s*(?:,|/|;|and)?[\s#*]*{_ITEM_PLAIN})*)"
+    rf"|\s(?P<nosign>\d+\.\d+(?:\.\d+)*)\b)?"  # "ENCODING.md 2.6", without the section sign
 )
 _BARE_RE = re.compile(rf"§\s?{_NUMBER}(?:\s*[–-]\s*§?{_NUMBER})?")
 # Documents that are not ours: a bare § after them on the same line is theirs, not ours.
@@ -92,6 +93,9 @@ def references(text: str, path: str) -> list[tuple[int, str, str | None]]:
     for named in _NAMED_RE.finditer(text):
         doc = f"{named['doc']}.md"
         line = line_at(named.start())
+        if named["nosign"]:
+            found.append((line, doc, named["nosign"]))
+            continue
         if not named["refs"]:
             found.append((line, doc, None))
             continue
@@ -189,6 +193,7 @@ def _short(text: str, path: str) -> list[str]:
             ["ENCODING.md 2.10", "ENCODING.md 2.9", "MODEL.md 7.3"],
         ),
         ("MODEL.md's test vectors", "README.md", ["MODEL.md"]),
+        ("doubles (ENCODING.md 2.6).", "tests/x.py", ["ENCODING.md 2.6"]),
         ("# RFC 5321 §4.1.2 local part and §4.1.3 literals", "agents/f.py", []),
         (
             "[SGLANG_CPU.md](SGLANG_CPU.md) §3.4, §6",
@@ -210,6 +215,7 @@ def test_references_report_the_line_of_the_section_sign() -> None:
     [
         "see MODEL.md §99.9",
         "see ENCODING.md §2.99",
+        "see ENCODING.md 2.99",
         "tables (MODEL.md Appendix Z)",
         "a bare §77 in a model file",
         "read /work/shared/spec/MODEL.md",
