@@ -2,10 +2,20 @@
 
 Installed as the entry point `sglang_ds41` of the group `sglang.srt.plugins`, so every SGLang
 process (`python -m sglang.launch_server`, the scheduler and TP workers, the detokenizer)
-calls `register` through `sglang.srt.plugins.load_plugins()` before the model is built. It
-registers one `HookRegistry` REPLACE hook: upstream's `EngramEmbedding` becomes
-`engram_embedding.Ds41EngramEmbedding`, which serves MXFP4 tables (and FP8 ones unchanged).
-Nothing else of upstream is swapped.
+calls `register` through `sglang.srt.plugins.load_plugins()` before the model is built (the
+main process, which runs the OpenAI serving layer, calls it too). It registers `HookRegistry`
+hooks:
+
+* REPLACE: upstream's `EngramEmbedding` becomes `engram_embedding.Ds41EngramEmbedding`, which
+  serves MXFP4 tables (and FP8 ones unchanged);
+* AROUND (`parsers.py`): a V4.1 server's chat output is parsed by our token-aware parser, and
+  malformed calls come as the `invalid_tool_calls` extension field, never as `tool_calls`;
+* AROUND (`thinking.py`): one thinking decision per V4.1 request (DeepSeek's `thinking` field,
+  `reasoning_effort`, our `reasoning_budget`, the server default) for prompt, parser and
+  grammar, so `response_format` / `tool_choice` constrain the answer after the reasoning.
+
+The AROUND hooks act only for the V4.1 chat encoding with the V4.1 parsers; SGLang serves
+every other model as before. Nothing else of upstream is swapped.
 
 Importing this package is free: SGLang is imported only when `register` runs, so the project's
 GPU check scripts and CPU tools never pay for it. `SGLANG_PLUGINS` (SGLang's own allow-list)
@@ -18,9 +28,13 @@ PLUGIN_NAME = "sglang_ds41"
 
 
 def register() -> None:
-    """Entry point: hook our Engram table class into upstream SGLang (checks the upstream first)."""
+    """Entry point: hook our Engram table class, V4.1 output parser and thinking decision into
+    upstream SGLang (importing `engram_embedding` checks the whole upstream surface first)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from sglang_ds41.plugin import parsers, thinking
     from sglang_ds41.plugin.engram_embedding import TARGET, Ds41EngramEmbedding
 
     HookRegistry.register(TARGET, Ds41EngramEmbedding, HookType.REPLACE)
+    for target, hook in {**thinking.HOOKS, **parsers.HOOKS}.items():
+        HookRegistry.register(target, hook, HookType.AROUND)

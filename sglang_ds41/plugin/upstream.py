@@ -48,6 +48,70 @@ SIGNATURES: Mapping[str, str] = {
     f"{ENGRAM}._HostTable.__init__": "(self, layout: 'str', nbytes: 'int', name: 'str', group)",
     f"{ENGRAM}._sorted_host_reads": "(device: 'int') -> 'bool'",
     f"{ENGRAM}._cuda_kernels": "(t: 'torch.Tensor') -> 'bool'",
+    # The V4.1 chat output (plugin/parsers.py) and thinking decision (plugin/thinking.py).
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    ".__init__": "(self, *, "
+    "chat_encoding_spec: 'str', tokenizer: 'Any', reasoning_parser: 'Optional[str]', tool_call_parser: "
+    "'Optional[str]', chat_hooks: 'ChatOutputHooks', default_chat_template_kwargs: 'Optional[dict[str, "
+    "Any]]')",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    ".parse_chat_response": "("
+    "self, *, request: 'ChatCompletionRequest', output_ids: 'list[int]', finish_reason: 'dict[str, Any]') -> "
+    "'tuple[Optional[str], str, Optional[list[ToolCall]], dict[str, Any]]'",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    ".stream_chat_chunks": "("
+    "self, *, content: 'dict[str, Any]', index: 'int', request: 'ChatCompletionRequest', created: 'int', "
+    "parser_dict: 'dict[int, Any]', has_tool_calls: 'dict[int, bool]', choice_logprobs: 'Optional[dict]', "
+    "finish_reason_type: 'Optional[str]', usage: 'Optional[dict[str, Any]]') -> 'list[str]'",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    "._tool_call_id": "("
+    "self, index: 'int', name: 'str', history_tool_calls_cnt: 'int') -> 'str'",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    "._new_output_parser": "("
+    "self, request: 'ChatCompletionRequest') -> 'DeepSeekRecipeOutputParser'",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe._trailing_assistant_turn": "(messages: "
+    "'list[dict[str, Any]]') -> 'Optional[dict[str, Any]]'",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe._null_content_as_empty": "(messages: "
+    "'list[dict[str, Any]]') -> 'list[dict[str, Any]]'",
+    "sglang.srt.parser.deepseek_recipe_renderer.DeepSeekRecipe"
+    ".parse_start": "(self, *, thinking: 'bool', task: "
+    "'Optional[str]' = None, continued: 'Optional[dict[str, Any]]' = None) -> 'Any'",
+    "sglang.srt.entrypoints.openai.chat_encoding_adapters"
+    ".select_new_output_ids": "(*, output_ids: 'list[int]', "
+    "num_consumed_tokens: 'int', completion_tokens: 'int', finish_reason_type: 'Optional[str]', incremental: "
+    "'bool') -> 'list[int]'",
+    "sglang.srt.entrypoints.openai.chat_encoding_adapters"
+    ".token_output_sse_chunks": "(*, chunk_id: 'str', created: "
+    "'int', model: 'str', index: 'int', usage: 'Optional[dict[str, Any]]', logprobs: 'Optional[dict]', "
+    "reasoning: "
+    "'str', content: 'str', tool_calls: 'list[ToolCall]') -> 'list[str]'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response": "(self, request: "
+    "'ChatCompletionRequest', ret: 'list[dict[str, Any]]', created: 'int') -> 'ChatCompletionResponse | "
+    "ORJSONResponse'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._generate_stream_content": "(self, content: "
+    "'dict[str, Any]', index: 'int', request: 'ChatCompletionRequest', created: 'int', stream_offsets: "
+    "'dict[int, int]', reasoning_parser_dict: 'dict', parser_dict: 'dict', has_tool_calls: 'dict[int, "
+    "bool]', "
+    "choice_logprobs: 'dict | None', finish_reason_type: 'str | None', continuous_usage_stats: 'bool', "
+    "prompt_tokens: 'dict[int, int]', reasoning_tokens: 'dict[int, int]', completion_tokens: 'dict[int, "
+    "int]') "
+    "-> 'AsyncGenerator[str, None]'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._generate_chat_stream": "(self, adapted_request: "
+    "'GenerateReqInput', request: 'ChatCompletionRequest', raw_request: 'Request') -> "
+    "'AsyncGenerator[str, None]'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._thinking_requested": "(self, request: "
+    "'ChatCompletionRequest') -> 'bool'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._get_reasoning_from_request": "(self, request: "
+    "'ChatCompletionRequest') -> 'bool'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._convert_to_internal_request": "(self, request: "
+    "'ChatCompletionRequest', raw_request: 'Request' = None) -> 'tuple[GenerateReqInput, "
+    "ChatCompletionRequest]'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "(self, request: "
+    "'OpenAIServingRequest', raw_request: 'Request') -> 'Union[Any, StreamingResponse, ErrorResponse]'",
 }
 
 # method -> first 16 hex digits of sha256(inspect.getsource(method)) in SGLang 0.5.23
@@ -58,6 +122,28 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     f"{EMBEDDING}.forward": "68f791628981ea39",
     f"{EMBEDDING}.dequant_staged": "539c744c8b29bfdd",
     f"{EMBEDDING}._owned_rows": "47211cf1e657646c",
+    # The V4.1 chat output (plugin/parsers.py) and thinking decision (plugin/thinking.py).
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    ".__init__": "26ef7ceb11e58015",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    ".parse_chat_response":
+    "db80d1bd690f8c5d",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    ".stream_chat_chunks":
+    "2ee5eac475731ce7",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+    "._new_output_parser":
+    "85dd6b28e9e22927",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._build_chat_response": "ac2d10c00a096e17",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._generate_stream_content": "1fc8c581c45580d6",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._generate_chat_stream": "26de62556f6b0ad4",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._thinking_requested": "dbf0de8b1cf1451b",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._get_reasoning_from_request": "b6a90e63fc849e06",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+    "._convert_to_internal_request": "ec9c8aec44637162",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "f47d3e8fad409f77",
 }
 
 

@@ -1,0 +1,272 @@
+"""Our token-aware V4.1 parser serves SGLang's chat completions.
+
+SGLang 0.5.23 parses a `dsv41` server's chat output (when `--reasoning-parser deepseek-v41` or
+`--tool-call-parser deepseekv41` is set, as `sglang-ds41 serve` does) in its deepseek-recipe
+adapter, `DeepSeekRecipeChatEncodingAdapter`: `parse_chat_response` for a whole choice,
+`stream_chat_chunks` per streamed engine chunk, both fed the engine's output token ids. Two
+AROUND hooks on those methods hand the ids to our parser instead (`served_output.ServedOutput`,
+`encoding.StreamParser` in token mode) for the V4.1 spec only; every other spec, and a V4.1
+server that configured other parsers, keeps upstream's code. A third AROUND hook, on
+`OpenAIServingChat._build_chat_response`, adds the extension field to the response.
+
+The extension: malformed calls are never ordinary `tool_calls`. They come as
+
+    message.invalid_tool_calls = [
+        {"index": 0, "id": "call_...", "type": "function",
+         "function": {"name": "get_weather", "arguments": "<the arguments text as written>"},
+         "error": "<what is wrong; several problems joined by '; '>"}
+    ]
+
+(LangChain's message type has the same field): in the message of a non-streamed choice and in
+the `delta` of a streamed chunk. The field is absent when there is none. A call is invalid when
+its arguments are not a JSON object (e.g. broken `string="false"` text), its tags carry
+attributes or text the format does not have, the output ended inside it (`max_tokens`: "call
+truncated at max_tokens"), or its calls block never closed. `finish_reason` is `tool_calls`
+whenever the model ended its turn with calls, valid or not (`length` when it was cut off). The
+DSML of any call stays out of `content`.
+
+Everything else is SGLang's: the request handling, where parsing starts (thinking, prefix
+continuation, quick-instruction tasks), the call ids, the SSE framing (`token_output_sse_chunks`)
+and the finish chunk.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from typing import Any
+
+from sglang_ds41.encoding.conversation import ParsingOptions
+from sglang_ds41.plugin.served_output import ServedCall, ServedOutput
+
+MODULE = "sglang.srt.entrypoints.openai.serving_deepseek_recipe"
+ADAPTER = f"{MODULE}.DeepSeekRecipeChatEncodingAdapter"
+CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+SPEC = "dsv41"
+FIELD = "invalid_tool_calls"
+JSON_RESPONSE_FORMATS = ("json_object", "json_schema")
+
+# The invalid calls of each choice `parse_chat_response` parsed inside one `_build_chat_response`.
+_COLLECTED: contextvars.ContextVar[list[list[dict[str, Any]]] | None] = contextvars.ContextVar(
+    "sglang_ds41_invalid_tool_calls", default=None
+)
+
+
+def ours(adapter: Any) -> bool:
+    """The adapter serves V4.1 and parses its output (a V4.1 parser is configured)."""
+    return getattr(adapter, "_spec", None) == SPEC and bool(getattr(adapter, "_token_output", False))
+
+
+# ---- the request's parsing options, as upstream decides them ---------------------------------
+
+
+def _initial_stage(adapter: Any, request: Any) -> Any:
+    """Where the output starts (recipe's ThinkingInitialStage or None), from upstream's own
+    decision for this request (thinking, the continued final message, a task)."""
+    from sglang.srt.entrypoints.openai import serving_deepseek_recipe as upstream
+
+    continued = None
+    if request.continue_final_message:
+        last = [m.model_dump(exclude_unset=True, by_alias=True, mode="json") for m in request.messages[-1:]]
+        continued = upstream._trailing_assistant_turn(upstream._null_content_as_empty(last))
+    return adapter.deepseek_recipe.parse_start(
+        thinking=adapter._hooks.thinking_requested(request), task=request.task, continued=continued
+    )
+
+
+def parsing_options(adapter: Any, request: Any) -> ParsingOptions:
+    from sglang.srt.parser.deepseek_recipe_renderer import load_deepseek_recipe
+
+    stage = _initial_stage(adapter, request)
+    stages = load_deepseek_recipe().ThinkingInitialStage
+    response_format = request.response_format
+    return ParsingOptions(
+        thinking=stage is not None,
+        reasoning_started=stage is not None and stage == stages.ReasoningContinuation,
+        in_content=stage is not None and stage == stages.ContentContinuation,
+        parse_tool_calls=request.task is None and adapter._hooks.tool_call_parsing_active(request),
+        # SGLang enforces required/named choices with its grammar; the prompt opens no block.
+        starts_in_tool_calls=False,
+        parse_json_output=response_format is not None and response_format.type in JSON_RESPONSE_FORMATS,
+    )
+
+
+def new_output(adapter: Any, request: Any) -> ServedOutput:
+    stop = request.stop
+    return ServedOutput(
+        parsing_options(adapter, request),
+        tokenizer=adapter.deepseek_recipe.hf_tokenizer,
+        separate_reasoning=adapter._separate_reasoning and request.separate_reasoning,
+        stream_reasoning=request.stream_reasoning,
+        stops=[stop] if isinstance(stop, str) else list(stop or []),
+    )
+
+
+# ---- OpenAI shapes ---------------------------------------------------------------------------
+
+
+def _tool_calls(adapter: Any, request: Any, calls: list[ServedCall], first_index: int) -> list[Any]:
+    from sglang.srt.entrypoints.openai.protocol import FunctionResponse, ToolCall
+
+    history = adapter._hooks.history_tool_calls_count(request)
+    return [
+        ToolCall(
+            id=adapter._tool_call_id(index, call.name, history),
+            index=index,
+            function=FunctionResponse(name=call.name, arguments=call.arguments),
+        )
+        for index, call in enumerate(calls, first_index)
+    ]
+
+
+def _invalid_entries(adapter: Any, request: Any, calls: list[ServedCall], first_index: int) -> list[dict]:
+    history = adapter._hooks.history_tool_calls_count(request)
+    return [
+        {
+            "index": index,
+            "id": adapter._tool_call_id(index, call.name, history),
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+            "error": call.error,
+        }
+        for index, call in enumerate(calls, first_index)
+    ]
+
+
+# ---- hooks -----------------------------------------------------------------------------------
+
+
+def parse_chat_response(original, self, **kwargs):
+    """AROUND `DeepSeekRecipeChatEncodingAdapter.parse_chat_response`: one whole choice."""
+    if not ours(self):
+        return original(self, **kwargs)
+    request, finish_reason = kwargs["request"], kwargs["finish_reason"]
+    step = new_output(self, request).finish(
+        kwargs["output_ids"],
+        finish_reason["type"],
+        finish_reason.get("matched"),
+        keep_matched_stop=request.no_stop_trim,
+    )
+    collected = _COLLECTED.get()
+    if collected is not None:
+        collected.append(_invalid_entries(self, request, step.invalid_calls, 0))
+    if (step.calls or step.invalid_calls) and finish_reason["type"] == "stop":
+        finish_reason = {**finish_reason, "type": "tool_calls", "matched": None}
+    tool_calls = _tool_calls(self, request, step.calls, 0) or None
+    return step.reasoning or None, step.content, tool_calls, finish_reason
+
+
+class _StreamState:
+    """parser_dict's entry for one streamed choice: the parse and how many calls went out."""
+
+    def __init__(self, output: ServedOutput) -> None:
+        self.output = output
+        self.calls_sent = 0
+        self.invalid_sent = 0
+
+    @property
+    def num_consumed_tokens(self) -> int:
+        return self.output.num_consumed_tokens
+
+
+def stream_chat_chunks(original, self, **kwargs):
+    """AROUND `DeepSeekRecipeChatEncodingAdapter.stream_chat_chunks`: one engine chunk of one
+    streamed choice -> its SSE chunks (reasoning, content, whole calls, invalid calls)."""
+    if not ours(self):
+        return original(self, **kwargs)
+    from sglang.srt.entrypoints.openai.chat_encoding_adapters import (
+        select_new_output_ids,
+        token_output_sse_chunks,
+    )
+    from sglang.srt.runtime_context import get_serving
+
+    content, index, request = kwargs["content"], kwargs["index"], kwargs["request"]
+    parser_dict, finish_reason_type = kwargs["parser_dict"], kwargs["finish_reason_type"]
+    state = parser_dict.get(index)
+    if not isinstance(state, _StreamState):
+        state = parser_dict[index] = _StreamState(new_output(self, request))
+    new_ids = select_new_output_ids(
+        output_ids=content["output_ids"],
+        num_consumed_tokens=state.num_consumed_tokens,
+        completion_tokens=content["meta_info"]["completion_tokens"],
+        finish_reason_type=finish_reason_type,
+        incremental=get_serving().incremental_streaming_output,
+    )
+    if finish_reason_type is None:
+        step = state.output.feed(new_ids)
+    else:
+        finish_reason = content["meta_info"]["finish_reason"]
+        step = state.output.finish(
+            new_ids,
+            finish_reason_type,
+            finish_reason.get("matched") if isinstance(finish_reason, dict) else None,
+            keep_matched_stop=request.no_stop_trim,
+        )
+    if step.calls or step.invalid_calls:
+        kwargs["has_tool_calls"][index] = True  # upstream's finish chunk then says tool_calls
+    meta = content["meta_info"]
+    chunks = token_output_sse_chunks(
+        chunk_id=meta["id"],
+        created=kwargs["created"],
+        model=request.model,
+        index=index,
+        usage=kwargs["usage"],
+        logprobs=kwargs["choice_logprobs"],
+        reasoning=step.reasoning,
+        content=step.content,
+        tool_calls=_tool_calls(self, request, step.calls, state.calls_sent),
+    )
+    state.calls_sent += len(step.calls)
+    if step.invalid_calls:
+        entries = _invalid_entries(self, request, step.invalid_calls, state.invalid_sent)
+        chunks.append(_invalid_chunk(entries, meta["id"], kwargs["created"], request.model, index, kwargs))
+        state.invalid_sent += len(step.invalid_calls)
+    return chunks
+
+
+def _invalid_chunk(entries: list[dict], chunk_id: str, created: int, model: str, index: int, kwargs) -> str:
+    """An SSE chunk whose delta carries `invalid_tool_calls` (SGLang's DeltaMessage has no such
+    field, so the chunk is built as SGLang builds one and the field added to its JSON)."""
+    from sglang.srt.entrypoints.openai.protocol import (
+        ChatCompletionResponseStreamChoice,
+        ChatCompletionStreamResponse,
+        DeltaMessage,
+    )
+
+    choice = ChatCompletionResponseStreamChoice(index=index, delta=DeltaMessage(), finish_reason=None)
+    chunk = ChatCompletionStreamResponse(
+        id=chunk_id, created=created, choices=[choice], model=model, usage=kwargs["usage"]
+    )
+    body = json.loads(chunk.model_dump_json())
+    body["choices"][0]["delta"][FIELD] = entries
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+def build_chat_response(original, self, *args, **kwargs):
+    """AROUND `OpenAIServingChat._build_chat_response`: the invalid calls our parser found go
+    into each choice's message as `invalid_tool_calls`."""
+    token = _COLLECTED.set([])
+    try:
+        response = original(self, *args, **kwargs)
+        collected = _COLLECTED.get()
+    finally:
+        _COLLECTED.reset(token)
+    if not any(collected):
+        return response
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionResponse
+    from starlette.responses import Response
+
+    if not isinstance(response, ChatCompletionResponse):
+        return response  # an error response
+    body = json.loads(response.model_dump_json(by_alias=True))
+    for choice, invalid in zip(body["choices"], collected, strict=False):
+        if invalid:
+            choice["message"][FIELD] = invalid
+    return Response(content=json.dumps(body, ensure_ascii=False), media_type="application/json")
+
+
+HOOKS = {
+    f"{ADAPTER}.parse_chat_response": parse_chat_response,
+    f"{ADAPTER}.stream_chat_chunks": stream_chat_chunks,
+    f"{CHAT}._build_chat_response": build_chat_response,
+}

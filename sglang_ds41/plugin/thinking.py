@@ -1,0 +1,152 @@
+"""One thinking decision per V4.1 request, used by the prompt, the parser and the grammar.
+
+SGLang 0.5.23 decides "thinking" twice for a `dsv41` server, and the two disagree:
+
+* the prompt and the output parser ask `OpenAIServingChat._thinking_requested`:
+  `chat_template_kwargs["thinking"]`, else `SGLANG_DEFAULT_THINKING` (on under
+  `sglang-ds41 serve`, as DeepSeek's API);
+* the scheduler asks `_get_reasoning_from_request` (the request's `require_reasoning`): for the
+  `deepseek-v41` reasoning parser (`reasoning_default="explicit_thinking"`) only an explicit
+  `chat_template_kwargs={"thinking": true}` counts.
+
+So under the server default the prompt thinks while the grammar of `response_format` /
+`tool_choice` constrains from the first generated token (the reasoning), and reasoning tokens
+are not counted. Neither reads DeepSeek's own `thinking` field. The fix decides once, as
+DeepSeek's API does, and writes the decision into `chat_template_kwargs["thinking"]`, which
+both upstream readers then agree on; `require_reasoning` makes SGLang's `ReasonerGrammarBackend`
+apply the grammar only after `</think>` and count the reasoning tokens.
+
+The decision, first match wins:
+
+1. DeepSeek's `thinking` field: `{"type": "enabled" | "adaptive"}` on, `{"type": "disabled"}`
+   off (any `reasoning_effort` then ignored, as DeepSeek's API does); anything else is a 400;
+2. `chat_template_kwargs["thinking"]` (SGLang sets it from `reasoning_effort`: "none" off,
+   any other effort on);
+3. the server's `--default-chat-template-kwargs` `thinking`, else `SGLANG_DEFAULT_THINKING`.
+
+Our `reasoning_budget` extension (integer 1-100, as `sglang-ds41 render`): the number on the
+prompt's `Reasoning Effort:` line, through SGLang's integer-effort splice; it needs thinking
+on (else a 400) and overrides `reasoning_effort`.
+
+Hooks (AROUND, V4.1 servers only: `dsv41` spec with the `deepseek-v41` reasoning parser):
+`OpenAIServingChat.handle_request` (reads `reasoning_budget` from the request body, answers a
+bad field with a 400) and `OpenAIServingChat._convert_to_internal_request` (every chat path,
+also SGLang's Anthropic endpoint, which converts without `handle_request`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
+SPEC = "dsv41"
+REASONING_PARSER = "deepseek-v41"
+BUDGET_FIELD = "reasoning_budget"
+_ON = {"enabled": True, "adaptive": True, "disabled": False}
+
+
+def thinking_from_field(value: Any) -> bool | None:
+    """DeepSeek's `thinking` request field -> on/off; None when absent."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    if kind not in _ON:
+        raise ValueError(
+            f"thinking must be {{\"type\": \"enabled\"}}, {{\"type\": \"disabled\"}} or "
+            f"{{\"type\": \"adaptive\"}}, got {json.dumps(value, default=str)}"
+        )
+    return _ON[kind]
+
+
+def decide(
+    thinking_field: Any,
+    chat_template_kwargs: Mapping[str, Any] | None,
+    server_kwargs: Mapping[str, Any] | None,
+    server_default: bool,
+) -> bool:
+    """The request's thinking mode (see the module docstring for the order)."""
+    explicit = thinking_from_field(thinking_field)
+    if explicit is not None:
+        return explicit
+    for kwargs in (chat_template_kwargs, server_kwargs):
+        if kwargs and kwargs.get("thinking") is not None:
+            return bool(kwargs["thinking"])
+    return bool(server_default)
+
+
+def budget_from_body(body: Any) -> int | None:
+    """`reasoning_budget` of a request body (a dict), validated; None when absent."""
+    if not isinstance(body, Mapping) or body.get(BUDGET_FIELD) is None:
+        return None
+    budget = body[BUDGET_FIELD]
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= 100:
+        raise ValueError(f"{BUDGET_FIELD} must be an integer from 1 to 100, got {budget!r}")
+    return budget
+
+
+def serves_v41(serving: Any) -> bool:
+    return (
+        getattr(serving, "chat_encoding_spec", None) == SPEC
+        and getattr(serving, "reasoning_parser", None) == REASONING_PARSER
+    )
+
+
+def settle(serving: Any, request: Any, budget: int | None = None) -> bool:
+    """Decide the request's thinking mode and write it where SGLang reads it."""
+    from sglang.srt.environ import envs
+
+    on = decide(
+        request.thinking,
+        request.chat_template_kwargs,
+        serving.default_chat_template_kwargs,
+        envs.SGLANG_DEFAULT_THINKING.get(),
+    )
+    kwargs = {**(request.chat_template_kwargs or {}), "thinking": on}
+    if budget is not None:
+        if not on:
+            raise ValueError(f"{BUDGET_FIELD} needs thinking mode, but this request has thinking off")
+        # SGLang moves chat_template_kwargs["reasoning_effort"] to the request's effort, whose
+        # integer form is spliced into the prompt's effort line (deepseek_recipe_renderer).
+        kwargs["reasoning_effort"] = budget
+    request.chat_template_kwargs = kwargs
+    return on
+
+
+async def _body(raw_request: Any) -> Any:
+    if raw_request is None:
+        return None
+    raw = await raw_request.body()  # Starlette keeps the body FastAPI already read
+    if BUDGET_FIELD.encode() not in raw:
+        return None
+    return json.loads(raw)
+
+
+def handle_request(original, self, request, raw_request=None, *args, **kwargs):
+    """AROUND `OpenAIServingChat.handle_request` (a coroutine function)."""
+    if not serves_v41(self):
+        return original(self, request, raw_request, *args, **kwargs)
+
+    async def handle():
+        try:
+            settle(self, request, budget_from_body(await _body(raw_request)))
+        except ValueError as error:
+            return self.create_error_response(str(error))
+        return await original(self, request, raw_request, *args, **kwargs)
+
+    return handle()
+
+
+def convert_to_internal_request(original, self, request, *args, **kwargs):
+    """AROUND `OpenAIServingChat._convert_to_internal_request`: also the paths that convert
+    without `handle_request`; settling twice gives the same decision."""
+    if serves_v41(self):
+        settle(self, request)
+    return original(self, request, *args, **kwargs)
+
+
+HOOKS = {
+    f"{CHAT}.handle_request": handle_request,
+    f"{CHAT}._convert_to_internal_request": convert_to_internal_request,
+}

@@ -1,0 +1,185 @@
+"""`ServedOutput`, the parse behind the V4.1 chat server, fed token ids as the engine sends them.
+
+Expected calls come from the scripts' own (name, arguments) values, rendered to ids by our
+V4.1 encoder (`scripted.rendered_ids`); streaming is checked against the one-shot parse for
+many chunkings, truncation at every id of a call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from sglang_ds41.encoding.conversation import ParsingOptions
+from sglang_ds41.encoding.special_tokens import Special
+
+from sglang_ds41.backend import scripted
+from sglang_ds41.plugin.served_output import BLOCK_NOT_CLOSED, ServedOutput, Step
+
+SCRIPTS = {s.name: s for s in scripted.ADVERSARIAL_SCRIPTS}
+TOOLS = ParsingOptions(thinking=False, parse_tool_calls=True)
+THINKING_TOOLS = ParsingOptions(thinking=True, parse_tool_calls=True)
+
+
+def same(a, b) -> bool:
+    """JSON values equal with their types (1 != 1.0 != True) and float bits (-0.0 != 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (a == b and math.copysign(1, a) == math.copysign(1, b)) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def rendered_value(value):
+    """What a value is after rendering: integers beyond 64 bits become doubles (ENCODING.md 2.6)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value <= 2**64 - 1:
+        return float(value)
+    if isinstance(value, dict):
+        return {k: rendered_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rendered_value(v) for v in value]
+    return value
+
+
+def ids_of(name: str, reasoning: str | None = None) -> list[int]:
+    script = SCRIPTS[name]
+    ids = scripted.content_ids(script.content)
+    if reasoning is not None:
+        ids = [*scripted.script_ids(reasoning), Special.THINK_END.id, *ids]
+    return ids
+
+
+def run(ids: list[int], options: ParsingOptions, chunks: list[int] | None = None, finish="stop", **kw):
+    """Feed `ids` in pieces of the given sizes (all at once when None), then finish."""
+    output = ServedOutput(options, **kw)
+    total = Step()
+    at = 0
+    for size in chunks or []:
+        merge(total, output.feed(ids[at : at + size]))
+        at += size
+    merge(total, output.finish(ids[at:], finish))
+    return total
+
+
+def merge(total: Step, step: Step) -> None:
+    total.reasoning += step.reasoning
+    total.content += step.content
+    total.calls += step.calls
+    total.invalid_calls += step.invalid_calls
+
+
+def random_chunks(n: int, rng: random.Random) -> list[int]:
+    sizes = []
+    while sum(sizes) < n:
+        sizes.append(rng.randint(1, 9))
+    sizes[-1] -= sum(sizes) - n
+    return [s for s in sizes if s]
+
+
+@pytest.mark.parametrize("name", ["args-strings", "args-values", "args-long"])
+def test_adversarial_arguments_come_back_exactly_as_rendered(name):
+    script = SCRIPTS[name]
+    step = run(ids_of(name, "think first"), THINKING_TOOLS)
+    assert step.reasoning == "think first"
+    assert step.content == script.content.text
+    assert not step.invalid_calls
+    assert [c.name for c in step.calls] == [n for n, _ in script.content.calls]
+    for (_, arguments), call in zip(script.content.calls, step.calls, strict=True):
+        assert same(json.loads(call.arguments), rendered_value(arguments)), (arguments, call.arguments)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_streaming_in_any_chunking_equals_one_shot(name):
+    ids = ids_of(name, "r")
+    whole = run(ids, THINKING_TOOLS)
+    rng = random.Random(name)
+    for _ in range(20):
+        assert run(ids, THINKING_TOOLS, random_chunks(len(ids), rng)) == whole
+
+
+def test_calls_are_released_when_their_block_closes():
+    ids = ids_of("args-values")
+    output = ServedOutput(TOOLS)
+    step = output.feed(ids[:-1])
+    assert not step.calls  # the block's closing tag is the last id
+    step = output.feed(ids[-1:])
+    assert len(step.calls) == len(scripted.ADVERSARIAL_VALUES)
+    assert output.finish([], "stop") == Step()
+
+
+def test_broken_json_and_an_unknown_attribute_are_invalid_calls():
+    step = run(ids_of("broken-calls"), TOOLS)
+    assert [json.loads(c.arguments) for c in step.calls] == [{"value": "fine"}]
+    broken, attribute = step.invalid_calls
+    assert (broken.position, broken.arguments) == (1, '{"value": {not json}')
+    assert "arguments are not valid JSON" in broken.error
+    assert (attribute.position, attribute.arguments) == (2, '{"value": "attr"}')
+    assert "unexpected attribute text" in attribute.error and "lang" in attribute.error
+    assert step.content == ""
+
+
+def test_a_block_that_never_closes_makes_its_calls_invalid():
+    step = run(ids_of("unclosed-block"), TOOLS)
+    assert not step.calls
+    [call] = step.invalid_calls
+    assert json.loads(call.arguments) == {"value": "x"}
+    assert call.error == BLOCK_NOT_CLOSED
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_truncation_anywhere_in_the_calls_never_gives_a_valid_call_nor_dsml_content(streamed):
+    ids = ids_of("args-long")
+    start = len(scripted.script_ids("Writing the file."))
+    rng = random.Random(7)
+    for end in range(start + 1, len(ids)):
+        chunks = random_chunks(end, rng)[:-1] if streamed else None
+        step = run(ids[:end], TOOLS, chunks, finish="length")
+        assert step.content == "Writing the file."
+        assert not step.calls
+        for call in step.invalid_calls:
+            assert "max_tokens" in call.error
+        assert step == run(ids[:end], TOOLS, finish="length")
+
+
+def test_the_matched_stop_id_is_not_parsed():
+    ids = [*scripted.script_ids("Hello"), Special.EOS.id]
+    assert run(ids, TOOLS).content == "Hello<｜end▁of▁sentence｜>"  # an EOS the engine did not match
+    output = ServedOutput(TOOLS)
+    assert output.finish(ids, "stop", Special.EOS.id).content == "Hello"
+    output = ServedOutput(TOOLS)
+    assert output.finish(ids, "stop", Special.EOS.id, keep_matched_stop=True).content.endswith("sentence｜>")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_stop_string_is_held_back_and_cut(keep):
+    ids = scripted.script_ids("one two END")  # the engine stops on the id completing "END"
+    for split in range(len(ids)):
+        output = ServedOutput(ParsingOptions(thinking=False), stops=["END", "x"])
+        first = output.feed(ids[:split])
+        last = output.finish(ids[split:], "stop", "END", keep_matched_stop=keep)
+        assert "END" not in first.content
+        assert first.content + last.content == ("one two END" if keep else "one two ")
+
+
+def test_reasoning_as_content_and_held_reasoning():
+    ids = [*scripted.script_ids("why"), Special.THINK_END.id, *scripted.script_ids("answer")]
+    merged = run(ids, THINKING_TOOLS, separate_reasoning=False)
+    assert (merged.reasoning, merged.content) == ("", "whyanswer")
+    output = ServedOutput(THINKING_TOOLS, stream_reasoning=False)
+    early = output.feed(ids[:2])
+    assert early.reasoning == ""
+    rest = output.finish(ids[2:], "stop")
+    assert (rest.reasoning, rest.content) == ("why", "answer")
+
+
+def test_a_finish_sent_again_changes_nothing():
+    output = ServedOutput(TOOLS)
+    assert output.finish(scripted.script_ids("hi"), "stop").content == "hi"
+    assert output.finish([5, 6], "stop") == Step()
+    assert output.num_consumed_tokens == len(scripted.script_ids("hi")) + 2
