@@ -316,6 +316,17 @@ def test_resuming_with_another_scale_rule_is_refused(converted, tiny_dir):
         _convert(tiny_dir(), converted(), scale_rule="ocp")
 
 
+def test_a_journal_from_before_scale_rules_reads_as_ocp(tiny_dir, tmp_path):
+    dst = tmp_path / "out"
+    _convert(tiny_dir(), dst, scale_rule="ocp")
+    journal = json.loads((dst / ce.JOURNAL).read_text())
+    del journal["scale_rule"]  # what convert-engram wrote before --scale-rule (OCP scales)
+    (dst / ce.JOURNAL).write_text(json.dumps(journal))
+    assert _convert(tiny_dir(), dst, scale_rule="ocp").written == []  # adopted, only verified
+    with pytest.raises(ce.ConvertError, match=r"scale rule 'ocp'.*than this one .*scale rule 'mse'"):
+        _convert(tiny_dir(), dst)
+
+
 def test_missing_shard_is_named(tiny_dir, clone, tmp_path):
     src = clone(tiny_dir())
     (src / "model-00002-of-00006.safetensors").unlink()
