@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/serve.py [--dtype float32] [--threads 1] [--prompt 128]
         [--decode 16] [--repeats 2] [--batch 8] [--batch-prompt 128] [--batch-output 8]
         [--sglang-args "..."] [--server-log PATH]
+        [--scaling | --scaling-only] [--contexts 512,4096,16384,65536] [--batches 1,8,32]
 
 Starts `sglang-ds41 serve` on `tiny_checkpoint()` (127.0.0.1, a free port, the server's
 compute bound to the first --threads cores) and measures, through `/generate` with token ids
@@ -28,6 +29,11 @@ token of context (compressed entries + token id) next to the model's native 890 
 §4.6), and the window KV, which SGLang's sliding-window pool holds per request, not per token;
 and what SGLang's pools allocate for it (they are given our rows as their geometry).
 
+With --scaling (or --scaling-only, which skips everything above), a second server measures
+how the decode step grows with the context and the batch and what a long prefill costs in
+memory (`serve_scaling.py`: contexts 512 .. 64k, batches 1, 8, 32, on a benchmark-only variant
+of the tiny checkpoint with 131,072 positions).
+
 Writes `benchmarks/results/serve.json` and prints a short markdown table.
 """
 
@@ -47,6 +53,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import serve_scaling
 import torch
 
 from sglang_ds41.backend.kv_codec import window_codec
@@ -208,6 +215,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sglang-args", default="", help='more sglang flags: "--max-total-tokens 8192"')
     parser.add_argument("--server-log", type=Path, help="keep the server's log here (default: dropped)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--scaling", action="store_true", help="also: decode step vs context and batch")
+    parser.add_argument("--scaling-only", action="store_true", help="only the --scaling measurements")
+    parser.add_argument("--contexts", type=_ints, default=serve_scaling.CONTEXTS,
+                        help="prompt tokens of the decode-vs-context runs")  # fmt: skip
+    parser.add_argument("--batches", type=_ints, default=serve_scaling.BATCHES,
+                        help="concurrent requests of the decode-vs-batch runs")  # fmt: skip
+    parser.add_argument("--scaling-decode", type=int, default=24, help="tokens per scaling request")
+    parser.add_argument("--scaling-prompt", type=int, default=512, help="prompt of the batch runs")
     args = parser.parse_args(argv)
     if not 1 <= args.batch <= 64:
         parser.error(f"--batch must be in 1..64, got {args.batch}")
@@ -216,14 +231,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def measure(args: argparse.Namespace) -> dict:
-    dtype = DTYPES[args.dtype]
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
+
+
+def server_setup(args: argparse.Namespace) -> tuple[list[str], dict[str, str], list[int]]:
+    """(extra sglang flags, server environment, the cores) of every server this run starts."""
     sglang_args = shlex.split(args.sglang_args)
     if any(item[0] in ("--host", "--port", "--model-path") for item in split_flags(sglang_args)):
         raise Ds41Error("--sglang-args: the benchmark chooses --host 127.0.0.1, the port and the model")
     cpus = sorted(os.sched_getaffinity(0))[: args.threads]
     torch.set_num_threads(len(cpus))
     env = {"SGLANG_DS41_DTYPE": args.dtype, "SGLANG_CPU_OMP_THREADS_BIND": omp_bind(1, cpus)}
+    return sglang_args, env, cpus
+
+
+def measure_scaling(args: argparse.Namespace) -> dict:
+    """Decode step vs context and batch, prefill memory vs context (`serve_scaling.py`)."""
+    sglang_args, env, cpus = server_setup(args)
+    model_dir = serve_scaling.long_context_checkpoint(tiny_checkpoint())
+    tokens = max(max(args.contexts) + args.scaling_decode, max(args.batches) * (args.scaling_prompt + 64))
+    flags = ["--max-total-tokens", str(tokens + 4096), "--chunked-prefill-size", "4096"]
+    flags += ["--max-running-requests", str(max(max(args.batches), 8))]
+    make = Prompts(seed=1)
+    text = V41Config.from_file(model_dir / "config.json").text
+    state = kv_bytes_per_token(text)
+    per_token = state["compressed"] + state["token_id"]  # the window pool holds the last window only
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
+        log = args.server_log or Path(tmp) / "server.log"
+        with running_server(
+            model_dir, [*flags, *sglang_args], log_path=log, env=env, ready_timeout_s=args.ready_timeout
+        ) as server:
+            url, timeout = server.url, args.request_timeout
+            serve_scaling.stream_generate(url, make(16), 4, timeout)  # warm-up
+            rss = serve_scaling.TreeRss(server.proc.pid)
+            contexts = serve_scaling.by_context(
+                url, rss, make, args.contexts, args.scaling_decode, timeout, per_token
+            )
+            batches = serve_scaling.by_batch(
+                url, make, args.batches, args.scaling_prompt, args.scaling_decode, timeout
+            )
+    by_n = {row["context_tokens"]: row for row in contexts}
+    short = by_n.get(min(args.contexts))
+    for row in contexts:
+        row["decode_step_vs_shortest"] = row["decode_step_ms"] / short["decode_step_ms"]
+    return {
+        "model": f"{model_dir.name} (the tiny checkpoint with {serve_scaling.LONG_CONTEXT} positions)",
+        "threads": len(cpus),
+        "server_flags": [*flags, *sglang_args],
+        "state_bytes_per_context_token": per_token,
+        "decode_tokens_per_request": args.scaling_decode,
+        "by_context": contexts,
+        "by_batch": batches,
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    dtype = DTYPES[args.dtype]
+    sglang_args, env, cpus = server_setup(args)
     model_dir = tiny_checkpoint()
 
     make = Prompts(seed=0)
@@ -339,16 +404,47 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def scaling_table(result: dict) -> str:
+    s = result["scaling"]
+    lines = [
+        f"scaling: {s['model']}, {result['dtype']}, {s['threads']} thread(s), "
+        f"{s['decode_tokens_per_request']} new tokens per request",
+        "",
+        "| context tokens | decode step ms | vs shortest | prefill tok/s | prefill RSS growth MiB "
+        "| state of the prompt MiB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in s["by_context"]:
+        lines.append(
+            f"| {row['context_tokens']} | {row['decode_step_ms']:.1f} | {row['decode_step_vs_shortest']:.2f} "
+            f"| {row['prefill_tokens_per_s']:.0f} | {row['prefill_rss_growth_mib']:.0f} "
+            f"| {row['state_of_the_prompt_mib']:.1f} |"
+        )
+    lines += ["", "| batch | decode step ms | decode tokens/s | vs batch 1 |", "|---|---|---|---|"]
+    for row in s["by_batch"]:
+        ratio = row["tokens_per_s_vs_batch_1"]
+        lines.append(
+            f"| {row['batch']} | {row['decode_step_ms']:.1f} | {row['decode_tokens_per_s']:.1f} "
+            f"| {'' if ratio is None else f'{ratio:.2f}'} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        result = measure(args)
+        result = {"dtype": args.dtype} if args.scaling_only else measure(args)
+        if args.scaling or args.scaling_only:
+            result["scaling"] = measure_scaling(args)
     except Ds41Error as error:
         print(f"benchmarks/serve.py: {error}", file=sys.stderr)
         return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result))
+    if not args.scaling_only:
+        print(table(result))
+    if "scaling" in result:
+        print(scaling_table(result))
     print(f"wrote {args.output}")
     return 0
 
