@@ -107,32 +107,11 @@ if triton is not None:
         return tl.where(x != x, 0xFFFF, rounded)
 
     @triton.jit
-    def _nvfp4_gather_kernel(
+    def _fp4_gather_kernel(
         w_ptr, s_ptr, ids_ptr, dst_ptr, out_ptr, row_lo, row_hi, global_scale,
-        DIM: tl.constexpr, HAS_DST: tl.constexpr,
+        DIM: tl.constexpr, BLOCK: tl.constexpr, NVFP4: tl.constexpr, HAS_DST: tl.constexpr,
     ):  # fmt: skip
-        row = tl.program_id(0).to(tl.int64)
-        idx = tl.load(ids_ptr + row).to(tl.int64)
-        dst = tl.load(dst_ptr + row).to(tl.int64) if HAS_DST else row
-        owned = (idx >= row_lo) & (idx < row_hi)
-        local = tl.where(owned, idx - row_lo, 0)
-        w = w_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
-        s = s_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
-        offs = tl.arange(0, DIM // 2)
-        b = tl.load(w + local * (DIM // 2) + offs, mask=owned, other=0).to(tl.int32)
-        e = tl.load(s + local * (DIM // 16) + offs // 8, mask=owned, other=0).to(tl.int32)
-        block_scale = _e4m3_f32(e) * global_scale  # the two scales first, as the decoders do
-        lo = _f32_to_bf16_bits(_e2m1_f32(b & 15) * block_scale)
-        hi = _f32_to_bf16_bits(_e2m1_f32(b >> 4) * block_scale)
-        bits = tl.where(owned, tl.interleave(lo, hi), 0)
-        bits = bits - ((bits >> 15) << 16)
-        tl.store(out_ptr + dst * DIM + tl.arange(0, DIM), bits.to(tl.int16))
-
-    @triton.jit
-    def _mxfp4_gather_kernel(
-        w_ptr, s_ptr, ids_ptr, dst_ptr, out_ptr, row_lo, row_hi,
-        DIM: tl.constexpr, HAS_DST: tl.constexpr,
-    ):  # fmt: skip
+        """One program per id: its row's DIM / 2 code bytes and DIM / BLOCK scale bytes -> DIM bf16."""
         row = tl.program_id(0).to(tl.int64)
         idx = tl.load(ids_ptr + row).to(tl.int64)
         dst = tl.load(dst_ptr + row).to(tl.int64) if HAS_DST else row
@@ -142,9 +121,14 @@ if triton is not None:
         s = s_ptr.to(tl.int64).to(tl.pointer_type(tl.uint8))
         offs = tl.arange(0, DIM // 2)  # one byte = columns 2i (low nibble) and 2i + 1
         b = tl.load(w + local * (DIM // 2) + offs, mask=owned, other=0).to(tl.int32)
-        e = tl.load(s + local * (DIM // 32) + offs // 16, mask=owned, other=0).to(tl.int32)
-        lo = _e2m1_times_e8m0_bf16_bits(b & 15, e)
-        hi = _e2m1_times_e8m0_bf16_bits(b >> 4, e)
+        e = tl.load(s + local * (DIM // BLOCK) + offs // (BLOCK // 2), mask=owned, other=0).to(tl.int32)
+        if NVFP4:
+            block_scale = _e4m3_f32(e) * global_scale  # the two scales first, as the decoders do
+            lo = _f32_to_bf16_bits(_e2m1_f32(b & 15) * block_scale)
+            hi = _f32_to_bf16_bits(_e2m1_f32(b >> 4) * block_scale)
+        else:
+            lo = _e2m1_times_e8m0_bf16_bits(b & 15, e)
+            hi = _e2m1_times_e8m0_bf16_bits(b >> 4, e)
         bits = tl.where(owned, tl.interleave(lo, hi), 0)
         bits = bits - ((bits >> 15) << 16)  # 0..0xFFFF -> the int16 with those bits
         tl.store(out_ptr + dst * DIM + tl.arange(0, DIM), bits.to(tl.int16))  # out viewed as int16
@@ -181,13 +165,7 @@ def mxfp4_gather(
     random reads of a host table larger than the GPU's translation reach).
     """
     _check(dim, ids, out, MX_BLOCK, "mxfp4_gather")
-    if ids.numel():
-        ids, dst = torch.sort(ids) if sort_ids else (ids, None)
-        _mxfp4_gather_kernel[(ids.numel(),)](
-            weight_ptr, scale_ptr, ids, dst if dst is not None else ids, out.view(torch.int16),
-            row_lo, row_hi, DIM=dim, HAS_DST=dst is not None,
-        )  # fmt: skip
-    return out
+    return _launch(weight_ptr, scale_ptr, ids, out, dim, row_lo, row_hi, sort_ids, 0.0, MX_BLOCK)
 
 
 def nvfp4_gather(
@@ -204,10 +182,18 @@ def nvfp4_gather(
     """`mxfp4_gather` for NVFP4 rows: `scale_ptr` addresses [rows, dim / 16] E4M3 bytes and
     `global_scale` is the table's float32 `weight_scale_2`."""
     _check(dim, ids, out, NV_BLOCK, "nvfp4_gather")
+    return _launch(weight_ptr, scale_ptr, ids, out, dim, row_lo, row_hi, sort_ids, global_scale, NV_BLOCK)
+
+
+def _launch(
+    weight_ptr: int, scale_ptr: int, ids: torch.Tensor, out: torch.Tensor, dim: int,
+    row_lo: int, row_hi: int, sort_ids: bool, global_scale: float, block: int,
+) -> torch.Tensor:  # fmt: skip
     if ids.numel():
         ids, dst = torch.sort(ids) if sort_ids else (ids, None)
-        _nvfp4_gather_kernel[(ids.numel(),)](
+        _fp4_gather_kernel[(ids.numel(),)](
             weight_ptr, scale_ptr, ids, dst if dst is not None else ids, out.view(torch.int16),
-            row_lo, row_hi, float(global_scale), DIM=dim, HAS_DST=dst is not None,
+            row_lo, row_hi, float(global_scale),
+            DIM=dim, BLOCK=block, NVFP4=block == NV_BLOCK, HAS_DST=dst is not None,
         )  # fmt: skip
     return out
