@@ -25,8 +25,24 @@ COMMAND_MODULES = [
 ]
 
 
+class VersionAction(argparse.Action):
+    """`--version`: sglang-ds41's version and the sglang / torch it would serve with (metadata only)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(
+            option_strings, dest, nargs=0, default=default, help=help or "print versions and exit"
+        )
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from sglang_ds41.backend.serve import versions
+
+        print(versions())
+        parser.exit()
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog="sglang-ds41", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     passthrough: dict[str, argparse.ArgumentParser] = {}
     for module_name in COMMAND_MODULES:
@@ -80,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except Ds41Error as error:
         print(f"sglang-ds41 {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        from sglang_ds41.install import missing_module_hint
+
+        hint = missing_module_hint(error.name)
+        if hint is None:
+            raise
+        print(f"sglang-ds41 {args.command}: error: {hint}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 1

@@ -1,7 +1,12 @@
 """Launch `python -m sglang.launch_server` for a V4.1 checkpoint with the flags it needs.
 
 Our defaults come first and every flag the user gives replaces ours (same flag, any value
-form); anything else passes through to SGLang untouched. Two engines:
+form); anything else passes through to SGLang untouched. Defaults on both engines: the V4.1
+reasoning and tool-call parsers, `--served-model-name DeepSeek-V4.1-Flash` (the name the
+renderer and the OpenAI clients use) and `--enable-cache-report` (cached-token counts in every
+usage). Before anything starts, the checkpoint is validated like `sglang-ds41 inspect` does
+(config, index and every shard header, well under a second) and the environment is checked for
+sglang and the serve extra, with the exact install command when they are missing. Two engines:
 
 * on a GPU, upstream SGLang's own V4.1 model: a plain launch_server with the V4.1 parsers;
   our SGLang plugin (entry point `sglang.srt.plugins`) gives it the MXFP4 Engram tables;
@@ -10,13 +15,22 @@ form); anything else passes through to SGLang untouched. Two engines:
   launch hooks) on PYTHONPATH of every server process, and the settings SGLang 0.5.23 needs
   on a CPU-only machine are added: the CPU engine, the torch_native attention backend, a
   bounded KV pool, the op shim, and for `--tp N` the per-rank core binding and PyNccl
-  switched off (gloo does the collectives). Flags that would lose its state are refused.
+  switched off (gloo does the collectives), and the model computes in float32 like
+  `sglang-ds41 generate` unless `--dtype` or `$SGLANG_DS41_DTYPE` says otherwise. Flags that
+  would lose its state are refused.
+
+The GPU check reads the NVIDIA driver's device files, so the `serve` process itself never
+imports torch; `--device` overrides it. SGLang's own output goes to a log file (`--log-file`,
+`--verbose` shows it instead); `serve` prints where it is and, once the server answers, one
+line with the address and what it serves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -30,6 +44,10 @@ from pathlib import Path
 
 from sglang_ds41.backend import EXTERNAL_MODEL_PACKAGE
 from sglang_ds41.errors import Ds41Error
+
+SGLANG_VERSION = "0.5.23"
+SERVED_MODEL_NAME = "DeepSeek-V4.1-Flash"  # what `render` and DeepSeek's API call the model
+CPU_DTYPE = "float32"  # `sglang-ds41 generate`'s default, so both give the same greedy tokens
 
 PYTHONPATH_DIR = Path(__file__).parent / "_pythonpath"
 
@@ -50,6 +68,7 @@ class Launch:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     cpu: bool = False
+    served_model_name: str = SERVED_MODEL_NAME
 
     @property
     def url(self) -> str:
@@ -88,10 +107,141 @@ def merge_flags(defaults: Sequence[Sequence[str]], user: Sequence[Sequence[str]]
     return out + [arg for item in user for arg in item]
 
 
-def has_gpu() -> bool:
-    import torch
+def has_gpu(dev: Path = Path("/dev"), proc: Path = Path("/proc/driver/nvidia/gpus")) -> bool:
+    """An NVIDIA GPU this process may use, seen without importing torch: the driver's device nodes
+    (/dev/nvidia0, ...) or its /proc entries, unless CUDA_VISIBLE_DEVICES hides every device."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles"):
+        return False
+    try:
+        if any(re.fullmatch(r"nvidia\d+", entry.name) for entry in dev.iterdir()):
+            return True
+        return proc.is_dir() and any(proc.iterdir())
+    except OSError:
+        return False
 
-    return torch.cuda.is_available()
+
+def take_model_path(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """SGLang's `--model-path DIR` / `--model DIR` (also `=DIR`) out of `args`: (DIR or None, the rest)."""
+    found: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag in ("--model-path", "--model"):
+            if not eq:
+                if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                    raise Ds41Error(f"{flag} needs a value: the checkpoint directory")
+                i += 1
+                value = args[i]
+            found.append(value)
+        else:
+            rest.append(args[i])
+        i += 1
+    if len(set(found)) > 1:
+        raise Ds41Error(f"two checkpoints given: {' and '.join(map(repr, found))}")
+    return (found[0] if found else None), rest
+
+
+def engine_is_cpu(sglang_args: Sequence[str], gpu: bool | None = None) -> bool:
+    """Our CPU backend (no GPU, or `--device cpu`), else upstream SGLang's model; `--device` wins."""
+    device = flag_value(split_flags(sglang_args), "--device")
+    if device is not None:
+        return device == "cpu"
+    return not (has_gpu() if gpu is None else gpu)
+
+
+def installed_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def check_environment(cpu: bool) -> None:
+    """Fail before launch, with the exact install command, when this environment cannot serve:
+    sglang missing or another release, or (on the CPU) a package of the serve extra missing."""
+    from sglang_ds41 import install
+
+    if cpu:
+        where = "on this CPU"
+        how = (
+            f"    {install.cpu_serve_command()}\n"
+            "(sglang without its dependencies: its CUDA-only kernels are not needed on a CPU)"
+        )
+    else:
+        where, how = "on NVIDIA GPUs", f"    {install.gpu_serve_command()}"
+    found = installed_version("sglang")
+    if found is None:
+        raise Ds41Error(
+            f"SGLang is not installed in this environment ({sys.prefix}). To serve {where}, run:\n{how}"
+        )
+    if found != SGLANG_VERSION:
+        raise Ds41Error(
+            f"sglang {found} is installed; sglang-ds41 serves with sglang {SGLANG_VERSION}. "
+            f"To serve {where}, run:\n{how}"
+        )
+    missing = missing_serve_requirements() if cpu else []
+    if missing:
+        raise Ds41Error(
+            "the CPU backend needs the serve extra; not installed or at another version: "
+            f"{', '.join(missing)}. Run:\n{how}"
+        )
+
+
+def missing_serve_requirements() -> list[str]:
+    """The `serve` extra's requirements (from our own metadata) that are not met here."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        requires = distribution("sglang-ds41").requires or []
+    except PackageNotFoundError:
+        return []  # running from a source tree that was never installed: nothing to compare
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:
+        return ["packaging"]
+    missing = []
+    for text in requires:
+        req = Requirement(text)
+        in_serve = req.marker is not None and req.marker.evaluate({"extra": "serve"})
+        if not in_serve or req.marker.evaluate({"extra": ""}):
+            continue
+        got = installed_version(req.name)
+        if got is None or not req.specifier.contains(got, prereleases=True):
+            missing.append(f"{req}" + ("" if got is None else f" (found {got})"))
+    return missing
+
+
+def validate_checkpoint(model_dir: str | Path) -> str:
+    """Check the checkpoint as `sglang-ds41 inspect` does, reading only JSON and the shard headers
+    (CheckpointError / ConfigError name the file or tensor); returns what it is, in a few words."""
+    from sglang_ds41.backend.architectures import V41_SCRIPTED
+    from sglang_ds41.checkpoint.reader import Checkpoint, CheckpointError, read_shard_header
+
+    root = Path(model_dir)
+    config_path = root / "config.json"
+    if not root.is_dir():
+        raise CheckpointError(f"{root}: not a directory")
+    if not config_path.is_file():
+        raise CheckpointError(f"{root} is not a checkpoint directory (no config.json)")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"config {config_path}: cannot read JSON: {error}") from None
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if architectures == [V41_SCRIPTED]:  # the test model: not V4.1's layout, only readable shards
+        for shard in sorted(root.glob("*.safetensors")):
+            read_shard_header(shard)
+        return "the scripted test model"
+    ckpt = Checkpoint.open(root)
+    try:
+        manifest = ckpt.manifest
+        return f"{manifest.variant} release, {manifest.engram_format} Engram tables, {len(manifest)} tensors"
+    finally:
+        ckpt.close()
 
 
 def omp_bind(ranks: int, cpus: Sequence[int]) -> str:
@@ -150,7 +300,7 @@ def build_launch(
     python: str = sys.executable,
     cpus: Sequence[int] | None = None,
 ) -> Launch:
-    """The server command and environment for `model_dir`; `gpu=None` asks torch.
+    """The server command and environment for `model_dir`; `gpu=None` looks for a GPU (`has_gpu`).
 
     The engine follows the device: on a GPU upstream SGLang's own V4.1 model (our plugin adds
     the MXFP4 Engram tables; SGLang loads it through its entry point), on the CPU (no GPU, or
@@ -161,9 +311,9 @@ def build_launch(
         raise Ds41Error(f"{model} is not a checkpoint directory (no config.json)")
     user = split_flags(sglang_args)
     if flag_value(user, "--model-path") is not None:
-        raise Ds41Error("give the checkpoint as MODEL_DIR, not as --model-path")
-    device = flag_value(user, "--device")
-    cpu = device == "cpu" or (device is None and not (has_gpu() if gpu is None else gpu))
+        other = flag_value(user, "--model-path")
+        raise Ds41Error(f"the checkpoint is given twice: {model} and --model-path {other}")
+    cpu = engine_is_cpu(sglang_args, gpu)
 
     defaults: list[list[str]] = [
         ["--model-path", str(model)],
@@ -171,6 +321,8 @@ def build_launch(
         ["--port", str(DEFAULT_PORT)],
         ["--reasoning-parser", "deepseek-v41"],
         ["--tool-call-parser", "deepseekv41"],
+        ["--served-model-name", SERVED_MODEL_NAME],
+        ["--enable-cache-report"],
     ]
     if (tok := tokenizer_dir(model)) is not None:
         defaults.append(["--tokenizer-path", str(tok)])
@@ -188,6 +340,7 @@ def build_launch(
         host=flag_value(merged, "--host") or DEFAULT_HOST,
         port=int(flag_value(merged, "--port") or DEFAULT_PORT),
         cpu=cpu,
+        served_model_name=flag_value(merged, "--served-model-name") or SERVED_MODEL_NAME,
     )
 
 
@@ -209,6 +362,11 @@ def _own_backend(
     ]
     pythonpath = os.pathsep.join(p for p in (str(PYTHONPATH_DIR), os.environ.get("PYTHONPATH")) if p)
     env = {
+        **(
+            {"SGLANG_DS41_DTYPE": CPU_DTYPE}
+            if "SGLANG_DS41_DTYPE" not in os.environ and flag_value(user, "--dtype") is None
+            else {}
+        ),
         "PYTHONPATH": pythonpath,
         "SGLANG_EXTERNAL_MODEL_PACKAGE": EXTERNAL_MODEL_PACKAGE,
         "SGLANG_USE_CPU_ENGINE": "1",
@@ -236,15 +394,45 @@ def describe(launch: Launch) -> str:
     return f"# engine: {engine}\n# listens on {launch.url}\n{env} \\\n  {command}"
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
-    """Seconds until GET /health_generate answers 200; raises if the server dies or times out."""
+BIND_FAILED = "error while attempting to bind on address"
+
+
+def _tail(path: Path | None, nbytes: int = 64 * 1024) -> str:
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - nbytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def log_excerpt(path: Path | None, max_lines: int = 40) -> str:
+    """What a reader needs from a failed server's log: its last traceback (SGLang's launcher
+    then kills its children, so that is where the cause is), else its last lines."""
+    lines = _tail(path).splitlines()
+    starts = [
+        i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")
+    ]
+    picked = lines[starts[-1] :] if starts else lines
+    return "\n".join(picked[-max_lines:])
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float, log_path: Path | None = None) -> float:
+    """Seconds until GET /health_generate answers 200; raises if the server dies, cannot bind
+    its port or times out (with the cause from its log when it goes to `log_path`)."""
     t0 = time.monotonic()
+    where = f"; its log: {log_path}" if log_path is not None else " (its log above says why)"
     while time.monotonic() - t0 < timeout_s:
         if proc.poll() is not None:
+            excerpt = log_excerpt(log_path)
             raise Ds41Error(
-                f"the server exited with code {proc.returncode} before it was ready "
-                "(its log above says why)"
+                f"the server exited with code {proc.returncode} before it was ready{where}"
+                + (f"\n{excerpt}" if excerpt else "")
             )
+        if log_path is not None and BIND_FAILED in _tail(log_path, 4096):
+            raise Ds41Error(f"{url}: the port is in use (SGLang could not bind it); pick another with --port")
         try:
             with urllib.request.urlopen(url + "/health_generate", timeout=10) as reply:
                 if reply.status == 200:
@@ -252,7 +440,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.5)
-    raise Ds41Error(f"the server at {url} was not ready after {timeout_s:.0f} s")
+    raise Ds41Error(f"the server at {url} was not ready after {timeout_s:.0f} s{where}")
 
 
 def _die_with_parent() -> None:
@@ -294,9 +482,30 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> int:
     return proc.wait()
 
 
-def serve(launch: Launch, ready_timeout_s: float = 600.0) -> int:
-    """Run the server in the foreground until it exits or we get SIGINT/SIGTERM."""
-    proc = start(launch)
+def engine_name(launch: Launch) -> str:
+    return "sglang-ds41 CPU backend" if launch.cpu else "upstream SGLang + sglang-ds41 plugin"
+
+
+def serve(
+    launch: Launch,
+    ready_timeout_s: float = 600.0,
+    *,
+    log_path: str | Path | None = None,
+    serving: str = "",
+) -> int:
+    """Run the server in the foreground until it exits or we get SIGINT/SIGTERM.
+
+    With `log_path`, SGLang's own output (its import warnings, the arguments dump, health-poll
+    lines, request logs) goes to that file and the terminal gets two lines: where it starts and,
+    once it answers, where it listens and what it serves (`serving`). Without, it is shown as is.
+    """
+    log = Path(log_path) if log_path is not None else None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as out:
+            proc = start(launch, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    else:
+        proc = start(launch)
     stopping = False
 
     def on_signal(signum, frame):
@@ -306,15 +515,23 @@ def serve(launch: Launch, ready_timeout_s: float = 600.0) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        mode = "CPU" if launch.cpu else "GPU"
-        print(f"sglang-ds41 serve: starting SGLang ({mode}), pid {proc.pid}", file=sys.stderr, flush=True)
-        ready_s = wait_ready(launch.url, proc, ready_timeout_s)
+        log_text = f"; log: {log}" if log is not None else ""
+        starting = f"starting SGLang {SGLANG_VERSION} ({engine_name(launch)}), pid {proc.pid}{log_text}"
+        print(f"sglang-ds41 serve: {starting}", file=sys.stderr, flush=True)
+        ready_s = wait_ready(launch.url, proc, ready_timeout_s, log)
+        what = f"{launch.served_model_name}" + (f" ({serving})" if serving else "")
         print(
-            f"sglang-ds41 serve: listening on {launch.url} (OpenAI API: {launch.url}/v1), "
-            f"ready after {ready_s:.0f} s",
+            f"sglang-ds41 serve: ready after {ready_s:.0f} s: {what} at {launch.url}/v1",
             flush=True,
         )
-        return proc.wait()
+        code = proc.wait()
+        if code != 0 and not stopping and log is not None:
+            excerpt = log_excerpt(log)
+            print(
+                f"sglang-ds41 serve: the server exited with code {code}; log: {log}\n{excerpt}",
+                file=sys.stderr,
+            )
+        return code
     except KeyboardInterrupt:
         return 0 if stopping else 130
     finally:
@@ -323,6 +540,11 @@ def serve(launch: Launch, ready_timeout_s: float = 600.0) -> int:
         code = stop(proc)
         if stopping:
             print(f"sglang-ds41 serve: stopped the server (exit code {code})", file=sys.stderr, flush=True)
+
+
+def default_log_path(port: int) -> Path:
+    """Where `serve` writes SGLang's output unless told (`--log-file`): one file per port."""
+    return cache_dir() / "logs" / f"serve-{port}.log"
 
 
 def cache_dir() -> Path:
@@ -358,3 +580,35 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
     finally:
         shutil.rmtree(building, ignore_errors=True)
     return target
+
+
+def scripted_checkpoint() -> Path:
+    """The scripted test checkpoint (`backend/scripted.py`: plays the example agent runs through
+    SGLang's real parsers), built on first use, cached by a hash of its config (scripts included)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from sglang_ds41.backend.scripted import scripted_config, write_scripted_checkpoint
+
+    key = hashlib.sha256(json.dumps(scripted_config(), sort_keys=True).encode()).hexdigest()[:12]
+    target = cache_dir() / f"scripted-{key}"
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        write_scripted_checkpoint(staging / "ckpt")
+        (staging / "ckpt").rename(target)  # atomic: a concurrent build that won leaves target in place
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def versions() -> str:
+    """`sglang-ds41 --version`: ours and what serving uses, from package metadata (nothing imported)."""
+    parts = [f"{name} {installed_version(name) or 'not installed'}" for name in ("sglang", "torch")]
+    return f"sglang-ds41 {installed_version('sglang-ds41') or '(not installed)'} ({', '.join(parts)})"

@@ -167,7 +167,9 @@ def running_server(
     """Serve `model_dir` with `sglang-ds41 serve MODEL_DIR --port P [args]` until the block ends."""
     port = free_port()
     log_path = Path(log_path)
-    argv = [sys.executable, "-m", "sglang_ds41", "serve", str(model_dir), "--port", str(port), *args]
+    # --verbose: SGLang's own output into this log too (the error tails and bind check read it)
+    argv = [sys.executable, "-m", "sglang_ds41", "serve", str(model_dir), "--verbose", "--port", str(port)]
+    argv += args
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             argv,

@@ -8,18 +8,25 @@ NAME = "serve"
 PASSTHROUGH = True  # unknown flags (--port, --tp, ...) go to sglang.launch_server
 HELP = (
     "Serve a DeepSeek-V4.1 checkpoint with SGLang (python -m sglang.launch_server) and the V4.1 "
-    "reasoning and tool-call parsers: on a GPU upstream SGLang's V4.1 model with the sglang-ds41 "
-    "plugin (MXFP4 Engram tables), without one (or with --device cpu) the sglang-ds41 CPU backend "
-    "with its CPU settings. Every other argument is passed to SGLang and overrides our defaults "
-    "(--port, --tp, --device, --chunked-prefill-size, --disable-radix-cache, ...)."
+    "reasoning and tool-call parsers, as DeepSeek-V4.1-Flash with cache reports: on a GPU upstream "
+    "SGLang's V4.1 model with the sglang-ds41 plugin (MXFP4 Engram tables), without one (or with "
+    "--device cpu) the sglang-ds41 CPU backend with its CPU settings. The checkpoint is validated "
+    "first (as `inspect` does). Every other argument is passed to SGLang and overrides our defaults "
+    "(--port, --tp, --device, --served-model-name, --chunked-prefill-size, --disable-radix-cache, ...)."
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--tiny",
         action="store_true",
         help="serve the tiny random checkpoint (built once into the cache) instead of MODEL_DIR",
+    )
+    source.add_argument(
+        "--scripted",
+        action="store_true",
+        help="serve the scripted test model, which plays the example agent runs (examples/agents/)",
     )
     parser.add_argument(
         "--dry-run",
@@ -30,30 +37,73 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ready-timeout", type=float, default=600.0, metavar="S", help="give up if not ready after S seconds"
     )
     parser.add_argument(
+        "--log-file",
+        metavar="PATH",
+        default=None,
+        help="where SGLang's own output goes (default: ~/.cache/sglang-ds41/logs/serve-PORT.log)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show SGLang's own output here instead of in the log file"
+    )
+    from sglang_ds41.cli import VersionAction
+
+    parser.add_argument("--version", action=VersionAction)
+    parser.add_argument(
         "args",
         nargs=argparse.REMAINDER,
         metavar="MODEL_DIR [SGLANG_ARGS]",
-        help="the checkpoint directory (omit with --tiny), then flags for sglang.launch_server",
+        help="the checkpoint directory (or --model-path DIR; omit with --tiny / --scripted), "
+        "then flags for sglang.launch_server",
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None, list[str]]:
+    """The checkpoint (MODEL_DIR, --model-path / --model DIR, or None for --tiny / --scripted)
+    and the SGLang flags left."""
     from sglang_ds41.backend import serve
     from sglang_ds41.errors import Ds41Error
+
+    positional = None
+    if rest and not rest[0].startswith("-"):
+        positional, rest = rest[0], rest[1:]
+    flagged, rest = serve.take_model_path(rest)
+    if positional is not None and flagged is not None and positional != flagged:
+        raise Ds41Error(f"two checkpoints given: MODEL_DIR {positional!r} and --model-path {flagged!r}")
+    given = positional or flagged
+    own = "--tiny" if args.tiny else "--scripted" if args.scripted else None
+    if own and given is not None:
+        raise Ds41Error(f"{own} serves its own checkpoint; drop MODEL_DIR {given!r}")
+    if own is None and given is None:
+        raise Ds41Error(
+            "which checkpoint? give MODEL_DIR (or --model-path DIR, as for sglang.launch_server), "
+            "--tiny for the tiny test checkpoint, or --scripted for the scripted agent model"
+        )
+    return given, rest
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from sglang_ds41.backend import serve
 
     rest = list(args.args)
     if rest[:1] == ["--"]:
         rest = rest[1:]
+    given, rest = model_source(args, rest)
+    cpu = serve.engine_is_cpu(rest)
+    if not args.dry_run:
+        serve.check_environment(cpu)  # before anything is built or started
     if args.tiny:
-        if rest and not rest[0].startswith("-"):
-            raise Ds41Error(f"--tiny serves the tiny checkpoint; drop MODEL_DIR {rest[0]!r}")
         model_dir = serve.tiny_checkpoint()
-    elif not rest or rest[0].startswith("-"):
-        raise Ds41Error("missing MODEL_DIR (or --tiny before it)")
+    elif args.scripted:
+        model_dir = serve.scripted_checkpoint()
     else:
-        model_dir, rest = rest[0], rest[1:]
-    launch = serve.build_launch(model_dir, rest)
+        model_dir = Path(given)
+    what = serve.validate_checkpoint(model_dir)
+    launch = serve.build_launch(model_dir, rest, gpu=not cpu)
     if args.dry_run:
-        print(serve.describe(launch))
+        print(f"# checkpoint: {model_dir} ({what})\n{serve.describe(launch)}")
         return 0
-    return serve.serve(launch, ready_timeout_s=args.ready_timeout)
+    log = None if args.verbose else Path(args.log_file or serve.default_log_path(launch.port))
+    serving = f"{model_dir}: {what}; {serve.engine_name(launch)}"
+    return serve.serve(launch, ready_timeout_s=args.ready_timeout, log_path=log, serving=serving)

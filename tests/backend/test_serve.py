@@ -128,6 +128,180 @@ def test_a_stray_value_before_any_flag_is_refused(model_dir):
         serve.build_launch(model_dir, ["8000"], gpu=True)
 
 
-def test_model_path_flag_is_refused(model_dir):
-    with pytest.raises(Ds41Error, match="MODEL_DIR"):
+def test_a_second_model_path_is_refused(model_dir):
+    with pytest.raises(Ds41Error, match="the checkpoint is given twice"):
         serve.build_launch(model_dir, ["--model-path", "x"], gpu=True)
+
+
+# ---- SGLang's habits -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_served_as_deepseek_v41_flash_with_cache_reports_on_both_engines(model_dir, gpu):
+    launch = serve.build_launch(model_dir, gpu=gpu)
+    got = flags(launch)
+    assert (
+        got["--served-model-name"] == ["DeepSeek-V4.1-Flash"]
+        and launch.served_model_name == "DeepSeek-V4.1-Flash"
+    )
+    assert got["--enable-cache-report"] == []
+
+
+def test_the_served_model_name_can_be_overridden(model_dir):
+    launch = serve.build_launch(model_dir, ["--served-model-name", "mine"], gpu=False)
+    assert flags(launch)["--served-model-name"] == ["mine"] and launch.served_model_name == "mine"
+
+
+@pytest.mark.parametrize(
+    ("args", "form"),
+    [
+        (["--model-path", "D", "--port", "1"], "space"),
+        (["--port", "1", "--model=D"], "equals"),
+        (["--model", "D", "--model-path", "D"], "the same twice"),
+    ],
+)
+def test_take_model_path_reads_sglangs_spellings(args, form):
+    assert serve.take_model_path(args) == ("D", ["--port", "1"] if form != "the same twice" else []), form
+
+
+def test_take_model_path_refuses_two_different_or_no_value():
+    with pytest.raises(Ds41Error, match="two checkpoints given"):
+        serve.take_model_path(["--model-path", "A", "--model", "B"])
+    with pytest.raises(Ds41Error, match="needs a value"):
+        serve.take_model_path(["--model-path", "--port", "1"])
+
+
+def test_cpu_computes_in_float32_like_generate_unless_told(model_dir, monkeypatch):
+    from sglang_ds41.commands import generate
+
+    parser = __import__("argparse").ArgumentParser()
+    generate.add_arguments(parser)
+    assert parser.get_default("dtype") == serve.CPU_DTYPE == "float32"  # the same greedy tokens
+    monkeypatch.delenv("SGLANG_DS41_DTYPE", raising=False)
+    assert serve.build_launch(model_dir, gpu=False).env["SGLANG_DS41_DTYPE"] == "float32"
+    assert "SGLANG_DS41_DTYPE" not in serve.build_launch(model_dir, ["--dtype", "bfloat16"], gpu=False).env
+    assert "SGLANG_DS41_DTYPE" not in serve.build_launch(model_dir, gpu=True).env
+    monkeypatch.setenv("SGLANG_DS41_DTYPE", "float64")  # the user's own choice reaches the server as is
+    assert "SGLANG_DS41_DTYPE" not in serve.build_launch(model_dir, gpu=False).env
+
+
+# ---- the GPU check without torch ------------------------------------------------------------
+
+
+def test_has_gpu_reads_the_nvidia_device_files(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    dev, proc = tmp_path / "dev", tmp_path / "gpus"
+    dev.mkdir()
+    (dev / "nvidiactl").touch()  # the driver without a device is no GPU
+    (dev / "nvidia-uvm").touch()
+    assert not serve.has_gpu(dev, proc)
+    (dev / "nvidia0").touch()
+    assert serve.has_gpu(dev, proc)
+    (dev / "nvidia0").unlink()
+    proc.mkdir()
+    assert not serve.has_gpu(dev, proc)
+    (proc / "0000:01:00.0").mkdir()
+    assert serve.has_gpu(dev, proc)
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not serve.has_gpu(dev, proc)
+
+
+def test_this_machine_has_no_gpu_by_either_check():
+    """The CI box: no device files, and torch (imported here anyway) agrees."""
+    import torch
+
+    assert serve.has_gpu() == torch.cuda.is_available()
+
+
+# ---- validation before launch ---------------------------------------------------------------
+
+
+def test_validate_checkpoint_describes_a_good_one_and_names_what_is_wrong(tmp_path):
+    from sglang_ds41.backend.scripted import write_scripted_checkpoint
+    from sglang_ds41.checkpoint.reader import CheckpointError
+
+    assert serve.validate_checkpoint(write_scripted_checkpoint(tmp_path / "s")) == "the scripted test model"
+    with pytest.raises(CheckpointError, match=r"no config\.json"):
+        serve.validate_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="not a directory"):
+        serve.validate_checkpoint(tmp_path / "absent")
+    shard = tmp_path / "s" / "model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:20])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is truncated"):
+        serve.validate_checkpoint(tmp_path / "s")
+
+
+# ---- the environment check ------------------------------------------------------------------
+
+
+def test_without_sglang_serve_prints_the_exact_install_command(monkeypatch):
+    real = serve.installed_version
+    monkeypatch.setattr(serve, "installed_version", lambda name: None if name == "sglang" else real(name))
+    with pytest.raises(Ds41Error) as cpu_error:
+        serve.check_environment(cpu=True)
+    text = str(cpu_error.value)
+    assert "SGLang is not installed" in text
+    assert f"{sys.executable} -m pip install" in text and "[serve]" in text
+    assert f"{sys.executable} -m pip install --no-deps sglang==0.5.23" in text
+    with pytest.raises(Ds41Error) as gpu_error:
+        serve.check_environment(cpu=False)
+    assert "[gpu]" in str(gpu_error.value) and "constraints/gpu-cu13.txt" in str(gpu_error.value)
+
+
+def test_another_sglang_release_is_named(monkeypatch):
+    real = serve.installed_version
+    monkeypatch.setattr(serve, "installed_version", lambda name: "0.5.9" if name == "sglang" else real(name))
+    with pytest.raises(
+        Ds41Error, match=r"sglang 0\.5\.9 is installed; sglang-ds41 serves with sglang 0\.5\.23"
+    ):
+        serve.check_environment(cpu=True)
+
+
+def test_a_missing_serve_extra_package_is_named(monkeypatch):
+    real = serve.installed_version
+    monkeypatch.setattr(serve, "installed_version", lambda name: None if name == "xgrammar" else real(name))
+    with pytest.raises(Ds41Error, match=r"needs the serve extra; .*xgrammar==0\.2\.7"):
+        serve.check_environment(cpu=True)
+    serve.check_environment(cpu=False)  # upstream on GPUs brings its own dependencies
+
+
+def test_this_environment_can_serve_on_the_cpu():
+    serve.check_environment(cpu=True)
+    assert serve.missing_serve_requirements() == []
+
+
+# ---- the quiet start log --------------------------------------------------------------------
+
+
+def test_log_excerpt_is_the_last_traceback(tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(
+        "noise\nTraceback (most recent call last):\n  old\nValueError: first\n"
+        "more noise\nTraceback (most recent call last):\n  File x\nRuntimeError: the cause\n"
+    )
+    assert serve.log_excerpt(log) == "Traceback (most recent call last):\n  File x\nRuntimeError: the cause"
+    log.write_text("\n".join(f"line {i}" for i in range(100)))
+    assert serve.log_excerpt(log, max_lines=3) == "line 97\nline 98\nline 99"
+
+
+def test_wait_ready_reports_a_taken_port_and_an_early_exit_from_the_log(tmp_path):
+    import subprocess
+
+    log = tmp_path / "serve.log"
+    log.write_text(f"ERROR: [Errno 98] {serve.BIND_FAILED} ('127.0.0.1', 1): address already in use\n")
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(Ds41Error, match="the port is in use"):
+            serve.wait_ready("http://127.0.0.1:1", alive, timeout_s=10, log_path=log)
+    finally:
+        alive.kill()
+        alive.wait()
+    log.write_text("Traceback (most recent call last):\n  File y\nOSError: no weights\n")
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    dead.wait()
+    with pytest.raises(
+        Ds41Error, match=r"exited with code 3 before it was ready; its log: .*\nTraceback"
+    ) as error:
+        serve.wait_ready("http://127.0.0.1:1", dead, timeout_s=10, log_path=log)
+    assert str(error.value).endswith("OSError: no weights")
