@@ -43,7 +43,8 @@ class Agent:
       stay in the transcript, so the prompt prefix (and the server's prefix cache) stays stable.
     * `output_type`: a pydantic model class or JSON Schema dict for a structured final answer;
       `max_output_repairs` bounds the repair turns when it does not validate.
-    * `model_settings`: extra request fields (temperature, top_p, max_tokens, seed, extra_body ...).
+    * `model_settings`: extra request fields (temperature, top_p, max_tokens, seed, extra_body ...);
+      without `max_tokens` each request gets `runner.DEFAULT_MAX_TOKENS` (4096), `None` sends none.
     """
 
     name: str

@@ -7,7 +7,7 @@ a resumed run is in exactly the state the crashed one had reached.
 Persisted events (the log): `run_started`, `message` (a reminder or repair turn the runner
 added), `model_response`, `tool_started`, `tool_finished`, `run_finished`, `run_failed`,
 `run_resumed`. Stream-only events (never logged): `reasoning_delta`, `content_delta`,
-`tool_call_delta`, `retry`, `warning`.
+`tool_call_delta`, `retry`, `warning`, `step_started` (before each model request).
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ PERSISTED = frozenset(
         "run_resumed",
     }
 )
-STREAM_ONLY = frozenset({"reasoning_delta", "content_delta", "tool_call_delta", "retry", "warning"})
+STREAM_ONLY = frozenset(
+    {"reasoning_delta", "content_delta", "tool_call_delta", "retry", "warning", "step_started"}
+)
 # Tool outcomes that use up the tool's retry budget.
 FAILURES = frozenset({"error", "timeout", "invalid_arguments"})
 

@@ -41,6 +41,9 @@ INTERRUPTED = (
     "Error: this call was interrupted: the agent process stopped while it was running, so it may "
     "or may not have taken effect. Check before repeating it."
 )
+# `max_tokens` of every request unless `model_settings` sets it (None: send none, the server's
+# default): without one SGLang generates up to the context length, minutes on a slow server.
+DEFAULT_MAX_TOKENS = 4096
 TRUNCATED = (
     "Error: not executed: the response was cut off at the token limit (finish_reason=length), so "
     "this call may be incomplete. Make the call again if it is still needed."
@@ -88,10 +91,13 @@ class Runner:
         base_url: str | None = None,
         api_key: str | None = None,
         run_dir: str | os.PathLike[str] | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> RunResult:
-        """Run to a final answer. With `run_dir`, every event is logged there (resumable)."""
+        """Run to a final answer. With `run_dir`, every event is logged there (resumable);
+        `on_event` sees each event as it happens (progress: `step_started`, `model_response`,
+        `tool_started`, `tool_finished`, ...), without streaming the requests."""
         _check_call("run", agent, input)
-        async with _Session(agent, client, base_url, api_key, run_dir, resume=False) as run:
+        async with _Session(agent, client, base_url, api_key, run_dir, resume=False, observe=on_event) as run:
             return await run.start(input)
 
     @staticmethod
@@ -126,6 +132,7 @@ class Runner:
         client: Any = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> RunResult:
         """Continue a run from its log: completed tools are not run again, nothing is lost.
 
@@ -133,7 +140,7 @@ class Runner:
         (or runs again if its tool is marked `idempotent`).
         """
         _check_call("resume", agent, has_input=False)
-        async with _Session(agent, client, base_url, api_key, run_dir, resume=True) as run:
+        async with _Session(agent, client, base_url, api_key, run_dir, resume=True, observe=on_event) as run:
             return await run.resume()
 
     @staticmethod
@@ -172,8 +179,10 @@ class _Session:
         *,
         resume: bool,
         publish: Callable[[Event], None] | None = None,
+        observe: Callable[[Event], None] | None = None,
     ) -> None:
         self.agent, self.run_dir, self.resume, self.publish = agent, run_dir, resume, publish
+        self.observe = observe
         self.client_args = (client, base_url, api_key)
 
     async def __aenter__(self) -> _Loop:
@@ -187,6 +196,7 @@ class _Session:
             self.publish,
             events,
             str(self.run_dir) if self.run_dir is not None else None,
+            self.observe,
         )
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -213,8 +223,10 @@ class _Loop:
         publish: Callable[[Event], None] | None,
         events: list[Event],
         run_dir: str | None,
+        observe: Callable[[Event], None] | None = None,
     ) -> None:
         self.agent, self.client, self.log, self.publish, self.run_dir = agent, client, log, publish, run_dir
+        self.observe = observe
         self.state = RunState.replay(events) if events else RunState()
         self.started = time.monotonic()
         self.limits = agent.policies.limits
@@ -285,6 +297,8 @@ class _Loop:
     def emit(self, event: Event) -> None:
         if self.publish is not None:
             self.publish(event)
+        if self.observe is not None:
+            self.observe(event)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -328,7 +342,9 @@ class _Loop:
                     "message", message={"role": "latest_reminder", "content": text}, reason="reminder"
                 )
         self.sync()
-        reply = await self.request_model(self.build_request())
+        body = self.build_request()
+        self.emit(Event("step_started", {"step": self.state.steps + 1, "max_tokens": body.get("max_tokens")}))
+        reply = await self.request_model(body)
         for warning in reply.warnings:
             self.emit(Event("warning", {"message": warning}))
         self.record(
@@ -390,6 +406,10 @@ class _Loop:
         extra_body = dict(settings.pop("extra_body", None) or {})
         extra_body.setdefault("thinking", {"type": "enabled" if agent.thinking else "disabled"})
         extra_body.setdefault("chat_template_kwargs", {"thinking": agent.thinking})
+        if "max_tokens" not in settings and "max_completion_tokens" not in settings:
+            settings["max_tokens"] = DEFAULT_MAX_TOKENS
+        elif "max_tokens" in settings and settings["max_tokens"] is None:
+            del settings["max_tokens"]
         body: dict[str, Any] = {"model": agent.model, "messages": list(self.state.messages), **settings}
         if agent.tools:
             body["tools"] = [tool.to_openai() for tool in agent.tools]
@@ -404,7 +424,7 @@ class _Loop:
         budget = self.limits.max_total_tokens
         if budget is not None:
             left = budget - self.state.usage.total_tokens
-            body["max_tokens"] = min(body.get("max_tokens", left), left)
+            body["max_tokens"] = min(body.get("max_tokens") or left, left)
         body["extra_body"] = extra_body
         return body
 

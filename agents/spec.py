@@ -6,13 +6,15 @@ plain functions), `workspace` (`{root, writable, max_file_bytes}`: the bundled f
 `output_schema` (JSON Schema), `thinking`, `reasoning_effort`, `tool_choice`, `model_settings`,
 `limits` (fields of `Limits`), `approve` (a list of `{name, arguments}` exact calls to grant),
 `max_output_repairs`, `input` (the default user message). Relative paths are relative to the
-spec file.
+spec file, and tool modules are found beside it first (`weather_calculator:get_weather` names
+weather_calculator.py in the spec's folder).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +42,16 @@ SPEC_KEYS = {
 }
 
 
-def import_object(path: str) -> Any:
+def import_object(path: str, beside: Path | None = None) -> Any:
+    """`package.module:attribute`; with `beside` (a spec file's folder), modules there come first,
+    so a spec and its tool module work from any current directory."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise AgentConfigError(f"{path!r}: expected an import path of the form package.module:attribute")
+    folder = str(beside.resolve()) if beside is not None else None
     try:
+        if folder is not None and folder not in sys.path:
+            sys.path.insert(0, folder)
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise AgentConfigError(f"{path!r}: cannot import {module_name} ({error})") from None
@@ -98,7 +105,7 @@ def _from_file(path: Path) -> tuple[Agent, str | None]:
         raise AgentConfigError(f"{path}: the spec needs a 'name'")
     tools: list[Tool] = []
     for entry in data.get("tools") or []:
-        obj = import_object(entry)
+        obj = import_object(entry, beside=path.parent)
         tools.append(obj if isinstance(obj, Tool) else function_tool(obj))
     workspace = data.get("workspace")
     if workspace:
