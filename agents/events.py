@@ -72,6 +72,7 @@ class RunState:
     failures: dict[str, int] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     pending: list[PendingCall] = field(default_factory=list)
+    invalid_calls: list[dict[str, Any]] = field(default_factory=list)  # flagged, awaiting a repair turn
     last_finish_reason: str = "stop"
     finished: bool = False
     output: Any = None
@@ -88,6 +89,10 @@ class RunState:
         elif kind == "message":
             self.messages.append(d["message"])
             self.repairs += d.get("reason") == "repair"
+            if d.get("reason") == "tool_call_repair":
+                for name in d.get("names", []):  # a malformed call uses up its tool's retry budget
+                    self.failures[name] = self.failures.get(name, 0) + 1
+                self.invalid_calls = []
         elif kind == "model_response":
             message = d["message"]
             self.messages.append(message)
@@ -99,6 +104,7 @@ class RunState:
                 for c in message.get("tool_calls") or []
             ]
             self.warnings.extend(d.get("warnings", []))
+            self.invalid_calls = list(d.get("invalid_tool_calls", []))
         elif kind == "tool_started":
             self._call(d["call_id"]).started = True
         elif kind == "tool_finished":

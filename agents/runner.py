@@ -2,7 +2,10 @@
 
 One step: (optional `latest_reminder`) -> model request (retried on transport errors) ->
 response logged -> its tool calls answered in call order -> next step; a response without calls
-is the final answer (validated against the output type, with bounded repair turns).
+is the final answer (validated against the output type, with bounded repair turns). Calls the
+server flags as malformed (`invalid_tool_calls`: broken arguments, cut off by `max_tokens`) are
+never executed: the runner answers them with a repair turn naming each problem, and they count
+against their tool's retry budget.
 
 The loop is driven by the state rebuilt from events (events.py), which makes resume the same
 code path as a fresh run: whatever the log says is done is not done again.
@@ -44,6 +47,12 @@ INTERRUPTED = (
 # `max_tokens` of every request unless `model_settings` sets it (None: send none, the server's
 # default): without one SGLang generates up to the context length, minutes on a slow server.
 DEFAULT_MAX_TOKENS = 4096
+# The server's extension field for calls it could not parse (sglang_ds41/plugin/parsers.py).
+INVALID_TOOL_CALLS = "invalid_tool_calls"
+MALFORMED = (
+    "Error: not executed: these tool calls were malformed, so none of them ran. Write each one again, "
+    "complete and with valid arguments, if it is still needed:\n"
+)
 TRUNCATED = (
     "Error: not executed: the response was cut off at the token limit (finish_reason=length), so "
     "this call may be incomplete. Make the call again if it is still needed."
@@ -212,6 +221,7 @@ class _Reply:
     finish_reason: str
     usage: dict[str, Any] | None
     warnings: list[str]
+    invalid_calls: list[dict[str, Any]]
 
 
 class _Loop:
@@ -270,6 +280,8 @@ class _Loop:
                 last = self.state.messages[-1] if self.state.messages else {}
                 if self.state.pending:
                     await self.answer_calls()
+                elif self.state.invalid_calls:
+                    self.repair_calls()
                 elif last.get("role") == "assistant" and not last.get("tool_calls"):
                     self.conclude(last)
                 else:
@@ -354,6 +366,7 @@ class _Loop:
             finish_reason=reply.finish_reason,
             usage=reply.usage,
             warnings=reply.warnings,
+            **({"invalid_tool_calls": reply.invalid_calls} if reply.invalid_calls else {}),
         )
 
     def conclude(self, message: dict[str, Any]) -> None:
@@ -473,13 +486,16 @@ class _Loop:
             for c in msg.tool_calls or []
         ]
         reasoning = getattr(msg, "reasoning_content", None)
-        return self.reply(msg.content, reasoning, calls, choice.finish_reason, _usage(response.usage))
+        invalid = (msg.model_extra or {}).get(INVALID_TOOL_CALLS) or []
+        usage = _usage(response.usage)
+        return self.reply(msg.content, reasoning, calls, choice.finish_reason, usage, invalid)
 
     async def streamed_completion(self, body: dict[str, Any], timeout: float | None) -> _Reply:
         stream = await post_streamed(self.client, body, timeout)
         content: list[str] = []
         reasoning: list[str] | None = None
         calls: dict[int, dict[str, Any]] = {}
+        invalid: list[dict[str, Any]] = []
         finish, usage = None, None
         async for chunk in stream:
             if chunk.usage is not None:
@@ -496,6 +512,7 @@ class _Loop:
                 if delta.content:
                     content.append(delta.content)
                     self.emit(Event("content_delta", {"text": delta.content}))
+                invalid += (delta.model_extra or {}).get(INVALID_TOOL_CALLS) or []
                 for tc in delta.tool_calls or []:
                     slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
                     fn = tc.function
@@ -528,7 +545,7 @@ class _Loop:
             for i, c in sorted(calls.items())
         ]
         joined = "".join(reasoning) if reasoning is not None else None
-        return self.reply("".join(content), joined, tool_calls, finish, usage)
+        return self.reply("".join(content), joined, tool_calls, finish, usage, invalid)
 
     def reply(
         self,
@@ -537,6 +554,7 @@ class _Loop:
         calls: list[dict[str, Any]],
         finish: str | None,
         usage: dict[str, Any] | None,
+        invalid: list[dict[str, Any]],
     ) -> _Reply:
         message: dict[str, Any] = {"role": "assistant", "content": content or ""}
         warnings = []
@@ -550,7 +568,20 @@ class _Loop:
                 )
         if calls:
             message["tool_calls"] = calls
-        return _Reply(message, finish or "stop", usage, warnings)
+        invalid_calls = [_invalid_call(entry) for entry in invalid]
+        return _Reply(message, finish or "stop", usage, warnings, invalid_calls)
+
+    def repair_calls(self) -> None:
+        """A repair turn for the calls the server flagged as malformed: none of them ran."""
+        calls = self.state.invalid_calls
+        lines = [f"- {c['name'] or '(a call without a name)'}: {c['error']}" for c in calls]
+        self.record(
+            "message",
+            message={"role": "user", "content": MALFORMED + "\n".join(lines)},
+            reason="tool_call_repair",
+            names=[c["name"] for c in calls],
+        )
+        self.check_retry_budgets()
 
     # ---- tool calls -----------------------------------------------------------------------
 
@@ -659,6 +690,18 @@ class _Loop:
             if message.get("role") == "tool" and message.get("tool_call_id") in ids:
                 return str(message.get("content"))[:200]
         return ""
+
+
+def _invalid_call(entry: Any) -> dict[str, Any]:
+    """One `invalid_tool_calls` entry of the server (sglang-ds41's plugin) as the log keeps it."""
+    entry = entry if isinstance(entry, dict) else {}
+    function = entry.get("function") if isinstance(entry.get("function"), dict) else {}
+    return {
+        "id": str(entry.get("id") or ""),
+        "name": str(function.get("name") or ""),
+        "arguments": str(function.get("arguments") or ""),
+        "error": str(entry.get("error") or "malformed call"),
+    }
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ import openai
 import pytest
 from sglang_ds41.agents import Agent, Limits, Policies, Runner, ThreadExecutor, function_tool
 from sglang_ds41.agents.log import KILL_ENV, read_log
-from sglang_ds41.agents.runner import TRUNCATED
+from sglang_ds41.agents.runner import MALFORMED
 from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.assets import v41_tokenizer
@@ -191,11 +191,15 @@ def test_unknown_tool_bad_arguments_and_broken_json_are_answered_not_run(url):
     wire = Wire()
     result = wire.run(agent, f"{MISTAKES_TRIGGER} Stock price and weather?", url)
     assert calls == []
+    # The server flags the broken-JSON call (invalid_tool_calls); the other two are calls.
+    [flagged] = wire.responses[0]["choices"][0]["message"]["invalid_tool_calls"]
+    assert flagged["function"]["name"] == "get_weather" and "JSON" in flagged["error"]
     answers = [m["content"] for m in result.messages if m["role"] == "tool"]
-    assert len(answers) == 3
+    assert len(answers) == 2
     assert "no tool named 'get_stock_price'" in answers[0] and "get_weather" in answers[0]
     assert "kelvin" in answers[1]
-    assert "JSON" in answers[2]
+    [repair] = [m["content"] for m in result.messages if m["role"] == "user"][1:]
+    assert repair.startswith(MALFORMED) and "not valid JSON" in repair
     assert result.final_output == SCRIPT["mistakes"].then[0][1]
     assert_server_saw_our_prompts(wire)
 
@@ -210,11 +214,16 @@ def test_a_call_cut_off_by_max_tokens_is_never_executed(url):
     result = wire.run(agent, f"{TOOL_TRIGGER} Weather in Paris?", url)
     first = wire.responses[0]["choices"][0]
     assert first["finish_reason"] == "length"
-    [cut] = first["message"]["tool_calls"]  # SGLang hands back the half-written call
+    assert "tool_calls" not in first["message"]  # the server flags the half-written call instead
+    [cut] = first["message"]["invalid_tool_calls"]
+    assert "max_tokens" in cut["error"]
     with pytest.raises(json.JSONDecodeError):
         json.loads(cut["function"]["arguments"])
+    assert "DSML" not in first["message"]["content"]
     assert calls == []
-    assert [m["content"] for m in result.messages if m["role"] == "tool"] == [TRUNCATED]
+    assert not [m for m in result.messages if m["role"] == "tool"]
+    [repair] = [m["content"] for m in result.messages if m["role"] == "user"][1:]
+    assert repair.startswith(MALFORMED) and "max_tokens" in repair
     assert result.final_output == SCRIPT["default"].content
 
 
