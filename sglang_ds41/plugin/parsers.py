@@ -1,4 +1,4 @@
-"""Our token-aware V4.1 parser serves SGLang's chat completions.
+"""Our token-aware V4.1 parser serves SGLang's chat completions (docs/ENCODING.md §4.4).
 
 SGLang 0.5.23 parses a `dsv41` server's chat output (when `--reasoning-parser deepseek-v41` or
 `--tool-call-parser deepseekv41` is set, as `sglang-ds41 serve` does) in its deepseek-recipe

@@ -1,4 +1,5 @@
-"""One thinking decision per V4.1 request, used by the prompt, the parser and the grammar.
+"""One thinking decision per V4.1 request, used by the prompt, the parser and the grammar
+(docs/ENCODING.md §4.4).
 
 SGLang 0.5.23 decides "thinking" twice for a `dsv41` server, and the two disagree:
 
