@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.test_gpu_environment import TARGET, applicable
+from tests.test_gpu_environment import applicable
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints" / "cpu.txt"
