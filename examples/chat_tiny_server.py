@@ -1,10 +1,13 @@
 """Chat with the tiny V4.1 model served by SGLang, and check the server against the reference.
 
-    python examples/chat_tiny_server.py --base-url http://127.0.0.1:30000 --model-dir DIR
+    sglang-ds41 serve --tiny --port 30000 &
+    python examples/chat_tiny_server.py --base-url http://127.0.0.1:30000/v1
 
-The server must compute in float64 (`SGLANG_DS41_DTYPE=float64 sglang-ds41 serve ...`) for the
-token-for-token check: the tiny model has random weights, so its words are noise, but every
-greedy token must equal what the pure-PyTorch reference model computes for the same prompt.
+The tiny model has random weights, so its words are noise, but every greedy token must equal
+what the pure-PyTorch reference model (`sglang-ds41 generate`) computes for the same prompt, in
+the same dtype: float32 for both by default (`--dtype float64` with a server started with
+`SGLANG_DS41_DTYPE=float64`). The checkpoint is the one the server reports (`/model_info`)
+unless `--model-dir` names it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,22 @@ from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
 
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 QUESTION = "What is the capital of France? Answer in one word."
+
+
+def server_root(base_url: str) -> str:
+    """The server's own address from its OpenAI API base URL (http://host:port/v1)."""
+    if not base_url.rstrip("/").endswith("/v1"):
+        raise SystemExit(
+            f"--base-url {base_url}: give the OpenAI API URL, ending in /v1 (as for the openai client)"
+        )
+    return base_url.rstrip("/")[: -len("/v1")]
+
+
+def served_model_dir(root: str) -> str:
+    with urllib.request.urlopen(f"{root}/model_info", timeout=60) as reply:
+        return json.loads(reply.read())["model_path"]
 
 
 def server_greedy(base_url: str, ids: list[int], steps: int) -> list[int]:
@@ -37,12 +55,17 @@ def server_greedy(base_url: str, ids: list[int], steps: int) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", required=True, help="the server, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--model-dir", required=True, help="the checkpoint the server serves")
+    parser.add_argument(
+        "--base-url", required=True, help="the server's OpenAI API: http://127.0.0.1:30000/v1"
+    )
+    parser.add_argument("--model-dir", help="the checkpoint the server serves (default: what it reports)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="the server's dtype")
     parser.add_argument("--steps", type=int, default=16)
     args = parser.parse_args()
+    root = server_root(args.base_url)
+    model_dir = args.model_dir or served_model_dir(root)
 
-    client = openai.OpenAI(base_url=f"{args.base_url}/v1", api_key="unused", timeout=600, max_retries=0)
+    client = openai.OpenAI(base_url=args.base_url, api_key="unused", timeout=600, max_retries=0)
     messages = [{"role": "user", "content": QUESTION}]
     reply = client.chat.completions.create(
         model="DeepSeek-V4.1-Flash", messages=messages, max_tokens=args.steps, temperature=0
@@ -54,14 +77,14 @@ def main() -> int:
     print(f"usage: {reply.usage.prompt_tokens} prompt + {reply.usage.completion_tokens} completion tokens")
 
     ids = encode_prompt(render_request({"model": "DeepSeek-V4.1-Flash", "messages": messages}))
-    served = server_greedy(args.base_url, ids, args.steps)
-    reference = generate(load_reference(args.model_dir, torch.float64), ids, args.steps)
+    served = server_greedy(root, ids, args.steps)
+    reference = generate(load_reference(model_dir, DTYPES[args.dtype]), ids, args.steps)
     same = served == reference
     print(f"\nprompt: {len(ids)} ids (our renderer; the server counted {reply.usage.prompt_tokens})")
     print(f"server greedy:    {served}")
     print(f"reference greedy: {reference}")
     print(f"decoded: {v41_tokenizer().decode(served)!r}")
-    print(f"server == reference, token for token: {same}")
+    print(f"server == reference, token for token: {same} ({args.dtype}, {model_dir})")
     return 0 if same and len(ids) == reply.usage.prompt_tokens else 1
 
 

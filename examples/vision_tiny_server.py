@@ -1,14 +1,16 @@
 """Ask the tiny V4.1 model served by SGLang about two images, and check it against the reference.
 
-    SGLANG_DS41_DTYPE=float64 sglang-ds41 serve DIR --port 30000 &
-    python examples/vision_tiny_server.py --base-url http://127.0.0.1:30000 --model-dir DIR
+    sglang-ds41 serve --tiny --port 30000 &
+    python examples/vision_tiny_server.py --base-url http://127.0.0.1:30000/v1
 
 Sends `examples/example_harmony.json` (a user turn with two interleaved `image_url` parts,
 data URLs) to `/v1/chat/completions`. The tiny model has random weights, so its words are
 noise; what must hold is that the server saw the prompt the official renderer gives (its
 prompt token count is the rendered ids with each image placeholder expanded to the image's
 span) and that every greedy token equals the pure-PyTorch reference model's for the same
-prompt and pixels (the server must compute in float64 for that).
+prompt and pixels, in the server's dtype (float32 by default, `--dtype float64` for a server
+started with `SGLANG_DS41_DTYPE=float64`). The checkpoint is the one the server reports
+(`/model_info`) unless `--model-dir` names it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,21 @@ from sglang_ds41.reference.weights import load_reference
 from sglang_ds41.vision import GridSpec, build_image_prompt, load_vision_tower, preprocess_image
 
 REQUEST = Path(__file__).parent / "example_harmony.json"
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def server_root(base_url: str) -> str:
+    """The server's own address from its OpenAI API base URL (http://host:port/v1)."""
+    if not base_url.rstrip("/").endswith("/v1"):
+        raise SystemExit(
+            f"--base-url {base_url}: give the OpenAI API URL, ending in /v1 (as for the openai client)"
+        )
+    return base_url.rstrip("/")[: -len("/v1")]
+
+
+def served_model_dir(root: str) -> str:
+    with urllib.request.urlopen(f"{root}/model_info", timeout=60) as reply:
+        return json.loads(reply.read())["model_path"]
 
 
 def server_greedy(base_url: str, ids: list[int], images: list[str], steps: int) -> dict:
@@ -46,10 +63,10 @@ def server_greedy(base_url: str, ids: list[int], images: list[str], steps: int) 
         return json.loads(reply.read())
 
 
-def reference_greedy(model_dir: str, ids: list[int], sources, steps: int) -> tuple[list[int], int]:
-    """The reference's greedy tokens and the expanded prompt length (float64 model and tower)."""
-    model = load_reference(model_dir, torch.float64)
-    tower = load_vision_tower(model_dir, torch.float64)
+def reference_greedy(model_dir: str, ids: list[int], sources, steps: int, dtype) -> tuple[list[int], int]:
+    """The reference's greedy tokens and the expanded prompt length (model and tower in `dtype`)."""
+    model = load_reference(model_dir, dtype)
+    tower = load_vision_tower(model_dir, dtype)
     spec = GridSpec.from_config(model.config.vision)
     images = [preprocess_image(s.url, spec, s.detail) for s in sources]
     prompt = build_image_prompt(ids, images, tower, model.image_token_id)
@@ -59,15 +76,20 @@ def reference_greedy(model_dir: str, ids: list[int], sources, steps: int) -> tup
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", required=True, help="the server, e.g. http://127.0.0.1:30000")
-    parser.add_argument("--model-dir", required=True, help="the checkpoint the server serves")
+    parser.add_argument(
+        "--base-url", required=True, help="the server's OpenAI API: http://127.0.0.1:30000/v1"
+    )
+    parser.add_argument("--model-dir", help="the checkpoint the server serves (default: what it reports)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="the server's dtype")
     parser.add_argument("--request", default=str(REQUEST), help="a chat request with images (JSON)")
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
+    root = server_root(args.base_url)
+    model_dir = args.model_dir or served_model_dir(root)
 
     request = json.loads(Path(args.request).read_text())
     thinking = (request.get("thinking") or {}).get("type") != "disabled"
-    client = openai.OpenAI(base_url=f"{args.base_url}/v1", api_key="unused", timeout=600, max_retries=0)
+    client = openai.OpenAI(base_url=args.base_url, api_key="unused", timeout=600, max_retries=0)
     reply = client.chat.completions.create(
         model=request.get("model", "default"),
         messages=request["messages"],
@@ -83,8 +105,8 @@ def main() -> int:
     rendered = render_request(request)
     ids = encode_prompt(rendered)
     sources = rendered.prompt.image_sources
-    served = server_greedy(args.base_url, ids, [s.url for s in sources], args.steps)["output_ids"]
-    reference, expanded = reference_greedy(args.model_dir, ids, sources, args.steps)
+    served = server_greedy(root, ids, [s.url for s in sources], args.steps)["output_ids"]
+    reference, expanded = reference_greedy(model_dir, ids, sources, args.steps, DTYPES[args.dtype])
     text = v41_tokenizer().decode(reference, skip_special_tokens=True)
     checks = {
         "prompt tokens (server) == rendered ids with image spans expanded": reply.usage.prompt_tokens

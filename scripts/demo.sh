@@ -1,38 +1,61 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: the tiny DeepSeek-V4.1 checkpoint (official layout and
-# formats, real tokenizer) served by a real SGLang server on this machine's CPU, checked token
-# for token against the pure-PyTorch reference; then a tool-calling agent run against a real
-# SGLang server whose test model plays a scripted weather/calculator conversation.
+# The main job on the embedded default: the README's Examples, command for command (a test checks
+# that the two lists stay the same): the V4.1 prompt format; the tiny DeepSeek-V4.1 checkpoint
+# (official layout and formats, real tokenizer) served by a real SGLang server on this machine's
+# CPU, checked token for token against the pure-PyTorch reference; then the agent examples against
+# a real SGLang server whose test model plays scripted conversations. Servers get a free port
+# instead of the README's 30000, and scratch files a temporary directory instead of /tmp.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-"$ROOT/.venv"}
 "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-PY="$VENV/bin/python"
-ds41() { "$VENV/bin/sglang-ds41" "$@"; }
+sglang-ds41() { "$VENV/bin/sglang-ds41" "$@"; }
+python() { "$VENV/bin/python" "$@"; }
 
-echo "== 1. the V4.1 prompt format: a two-image request -> prompt and ids; a completion -> message"
-ds41 render examples/example_harmony.json; echo
-ds41 render examples/example_harmony.json --tokens; echo
-ds41 parse examples/weather_completion.txt --thinking --tools --seed 0
+PORT=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+TMPD=$(mktemp -d -t sglang-ds41-demo-XXXXXX)
+SERVER=""
+stop_server() {
+  if [[ -n "$SERVER" ]]; then
+    kill -TERM "$SERVER" 2>/dev/null || true  # serve stops SGLang's process group on SIGTERM
+    wait "$SERVER" 2>/dev/null || true
+    SERVER=""
+  fi
+}
+trap 'stop_server; rm -rf "$TMPD"' EXIT
+serve_bg() {  # `CMD &` of the README, then wait for the server's "ready" line
+  "$@" >"$TMPD/serve.out" 2>&1 &
+  SERVER=$!
+  until grep -q "ready after" "$TMPD/serve.out"; do
+    kill -0 "$SERVER" 2>/dev/null || { cat "$TMPD/serve.out"; exit 1; }
+    sleep 1
+  done
+  cat "$TMPD/serve.out"
+}
 
-echo; echo "== 2. the tiny V4.1 checkpoint served by SGLang on CPU (float64, for the exactness check)"
-MODEL_DIR=$("$PY" -c "from sglang_ds41.backend.serve import tiny_checkpoint; print(tiny_checkpoint())")
-ds41 inspect "$MODEL_DIR" | sed -n 1,12p
-PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-LOG=$(mktemp -t sglang-ds41-tiny-XXXXXX.log)
-# Started directly (not through the ds41 shell function) so that $! is the server's own PID.
-SGLANG_DS41_DTYPE=float64 "$VENV/bin/sglang-ds41" serve "$MODEL_DIR" --port "$PORT" >"$LOG" 2>&1 &
-SERVER=$!
-stop() { kill -TERM "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -f "$LOG"; }
-trap stop EXIT
-until curl -sf -o /dev/null "http://127.0.0.1:$PORT/health_generate"; do
-  kill -0 "$SERVER" 2>/dev/null || { tail -n 40 "$LOG"; exit 1; }
-  sleep 2
-done
-echo "server ready on http://127.0.0.1:$PORT"
-"$PY" examples/chat_tiny_server.py --base-url "http://127.0.0.1:$PORT" --model-dir "$MODEL_DIR"
-stop; trap - EXIT
+echo "== 1. the V4.1 prompt format: a two-image request -> prompt; a completion -> message"
+sglang-ds41 render examples/example_harmony.json
+echo
+sglang-ds41 parse examples/weather_completion.txt --thinking --tools
 
-echo; echo "== 3. an agent run against a real SGLang server (scripted test model, real parsers)"
-examples/agents/run_against_scripted_server.sh
+echo; echo "== 2. the tiny V4.1 checkpoint served by SGLang on CPU, checked against the reference"
+serve_bg sglang-ds41 serve --tiny --port $PORT
+python examples/chat_tiny_server.py --base-url http://127.0.0.1:$PORT/v1
+python examples/vision_tiny_server.py --base-url http://127.0.0.1:$PORT/v1
+stop_server
+
+echo; echo "== 3. the agents against a real SGLang server (scripted test model, real parsers)"
+serve_bg sglang-ds41 serve --scripted --port $PORT
+sglang-ds41 agent examples/agents/weather.yaml --base-url http://127.0.0.1:$PORT/v1 --stream
+sglang-ds41 agent examples/agents/weather.yaml --base-url http://127.0.0.1:$PORT/v1 --run-dir $TMPD/ds41-run
+sglang-ds41 agent examples/agents/weather.yaml --base-url http://127.0.0.1:$PORT/v1 --resume $TMPD/ds41-run
+python examples/agents/weather_calculator.py --base-url http://127.0.0.1:$PORT/v1 --transcript
+python examples/agents/file_workspace.py $TMPD/ds41-workspace --base-url http://127.0.0.1:$PORT/v1
+python examples/agents/extract_invoice.py --base-url http://127.0.0.1:$PORT/v1
+stop_server
+
+echo; echo "== 4. the same agents with no server (an in-process scripted server)"
+python examples/agents/weather_calculator.py --scripted
+python examples/agents/file_workspace.py $TMPD/ds41-workspace --scripted
+python examples/agents/extract_invoice.py --scripted

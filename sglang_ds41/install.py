@@ -9,6 +9,7 @@ The base install (render, parse, agent, inspect, engram-plan) has no torch, numb
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from importlib.metadata import PackageNotFoundError, distribution
@@ -48,7 +49,8 @@ def requirement(extra: str) -> str:
         if url.startswith("file://"):
             path = unquote(urlparse(url).path)
             editable = (info.get("dir_info") or {}).get("editable", False)
-            return ("-e " if editable else "") + shlex.quote(f"{path}[{extra}]")
+            if os.path.exists(path):
+                return ("-e " if editable else "") + shlex.quote(f"{path}[{extra}]")
     return shlex.quote(f"{DIST}[{extra}]")
 
 

@@ -1,9 +1,11 @@
 """Structured extraction: the answer is an `Invoice`, validated client-side, repaired if needed.
 
-python examples/agents/extract_invoice.py --base-url http://127.0.0.1:30000/v1
-python examples/agents/extract_invoice.py --scripted
+    sglang-ds41 serve --scripted --port 30000 &
+    python examples/agents/extract_invoice.py --base-url http://127.0.0.1:30000/v1
+    python examples/agents/extract_invoice.py --scripted
 
-Against the scripted SGLang model, start the text with its trigger: --text "[script:invoice] ..."
+The default text starts with the scripted test model's trigger (`[script:invoice]`), so
+`serve --scripted` answers with the invoice as JSON.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ def scripted():
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url")
+    parser.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
     parser.add_argument("--scripted", action="store_true")
-    parser.add_argument("--text", default=TEXT, help="the document to extract from")
+    parser.add_argument("--text", default=f"[script:invoice] {TEXT}", help="the document to extract from")
     args = parser.parse_args()
     if args.scripted:
         with scripted() as server:

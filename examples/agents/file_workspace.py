@@ -1,9 +1,11 @@
 """An agent that works on files inside one directory (no shell, no way out of the directory).
 
-python examples/agents/file_workspace.py WORKSPACE_DIR --base-url http://127.0.0.1:30000/v1
-python examples/agents/file_workspace.py WORKSPACE_DIR --scripted
+    sglang-ds41 serve --scripted --port 30000 &
+    python examples/agents/file_workspace.py /tmp/ds41-workspace --base-url http://127.0.0.1:30000/v1
+    python examples/agents/file_workspace.py /tmp/ds41-workspace --scripted
 
-Against the scripted SGLang model, start the task with its trigger: --task "[script:workspace] ..."
+The default task starts with the scripted test model's trigger (`[script:workspace]`), so
+`serve --scripted` plays a whole run: list the directory, write SUMMARY.md, answer.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ def scripted():
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workspace")
-    parser.add_argument("--base-url")
+    parser.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
     parser.add_argument("--scripted", action="store_true")
-    parser.add_argument("--task", default="List the workspace and write SUMMARY.md describing its files.")
+    parser.add_argument(
+        "--task", default="[script:workspace] List the workspace and write SUMMARY.md describing its files."
+    )
     parser.add_argument("--run-dir", help="keep a resumable event log here")
     args = parser.parse_args()
     Path(args.workspace).mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,13 @@
 """A tool agent with a weather lookup and a calculator.
 
-python examples/agents/weather_calculator.py --base-url http://127.0.0.1:30000/v1
-python examples/agents/weather_calculator.py --scripted   # no server: scripted replies
+    sglang-ds41 serve --scripted --port 30000 &
+    python examples/agents/weather_calculator.py --base-url http://127.0.0.1:30000/v1 --transcript
+    python examples/agents/weather_calculator.py --scripted
 
-Against the scripted SGLang model (`sglang-ds41 serve` on `backend.scripted`), start the
-question with its trigger: --question "[script:weather-calculator] Paris and Oslo?"
+`serve --scripted` is a real SGLang server whose test model plays this run (two parallel
+weather calls, a calculator call, the answer) when the question starts with its trigger,
+`[script:weather-calculator]`, as the default question does; any other V4.1 server works too.
+`--scripted` runs it against an in-process scripted server instead, no SGLang needed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import operator
 from sglang_ds41.agents import Agent, Runner, function_tool
 
 WEATHER = {"paris": 18.5, "oslo": 4.0, "tokyo": 22.0}
+# The trigger makes the scripted test model play this example; other models ignore it.
+QUESTION = "[script:weather-calculator] What is the average temperature of Paris and Oslo right now?"
 _OPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -88,9 +93,9 @@ def scripted():
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url")
+    parser.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
     parser.add_argument("--scripted", action="store_true")
-    parser.add_argument("--question", default="What is the average temperature of Paris and Oslo right now?")
+    parser.add_argument("--question", default=QUESTION)
     parser.add_argument("--transcript", action="store_true", help="print every message of the run")
     args = parser.parse_args()
     question = args.question
