@@ -1,11 +1,14 @@
 """The part of upstream SGLang the plugin is written against, checked before anything is hooked.
 
 The plugin subclasses `sglang.srt.layers.engram.EngramEmbedding` and re-implements a few of
-its methods for 4-bit tables; it also calls upstream's private helpers (`_HostTable`,
-`_sorted_host_reads`, `_cuda_kernels`). A different SGLang could rename them, change what they
-take, or change what the overridden methods do (a new storage mode our override would not
-know). So at import the plugin checks three things against SGLang 0.5.23 and refuses to hook
-anything if one differs, naming each difference:
+its methods for 4-bit tables; it calls upstream's private helpers (`_HostTable`,
+`_sorted_host_reads`, `_cuda_kernels`); and it wraps parts of the OpenAI serving layer (the
+deepseek-recipe chat adapter's parsing and streaming, the chat response builder, request
+conversion: `parsers.py`, `thinking.py`). A different SGLang could rename them, change what
+they take, or change what the overridden or wrapped methods do (a new storage mode our
+override would not know, another place the thinking mode is read). So at import the plugin
+checks three things against SGLang 0.5.23 and refuses to hook anything if one differs, naming
+each difference:
 
 * the installed version;
 * the signature of every symbol it overrides or calls;
