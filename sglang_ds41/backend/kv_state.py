@@ -32,19 +32,26 @@ counts what is stored, and `PoolViews` hands the K buffers here (layer 0, SGLang
 layer, keeps its window rows in a buffer of ours: 528 B per SWA slot that SGLang does not count).
 Nothing is freed here: a row is rewritten by the forward that owns its slot, and reading a
 window row SGLang has released is refused by name, never served stale.
+
+Per forward (`begin_forward`): the batch's rows in the order of the attention's logical pool
+(`model.batch`), once for all layers. Per layer: `commit` writes what `Attention.project` made
+(window KV of every new token, completed entries, pending tokens), then `view` serves the
+phases' reads (`model.attention.StateView`): the window rows, the index keys of the entries
+the indexer scores, the latents of the entries attention picked (only those are decoded).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from sglang_ds41.config import TextConfig
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.model.attention import AttentionState, CompressedKV
-from sglang_ds41.model.roles import LayerRole, layer_role
+from sglang_ds41.model.attention import Projected
+from sglang_ds41.model.batch import Chunks
+from sglang_ds41.model.roles import LayerRole, kv_source, layer_role
 
 from .kv_codec import index_codec, latent_codec, window_codec
 
@@ -111,6 +118,20 @@ def full_row_layout(cfg: TextConfig) -> FullRowLayout:
     return FullRowLayout(latent, entry, pieces, offset)
 
 
+def entry_segments(
+    layout: FullRowLayout, source: int, ratio: int, lo: int, hi: int
+) -> list[tuple[int, int, int]]:
+    """Where bytes lo..hi-1 of a `source` entry lie: (slot of its group, first column, end column)
+    for each of the group's slots that holds some of them, in byte order."""
+    offset, piece = layout.pieces[source]
+    segments = []
+    for r in range(ratio):
+        a, b = max(lo, r * piece), min(hi, (r + 1) * piece)
+        if a < b:
+            segments.append((r, offset + a - r * piece, offset + b - r * piece))
+    return segments
+
+
 def pool_row_bytes(cfg: TextConfig) -> tuple[int, int]:
     """(bytes per full-pool token, bytes per window row of one layer): the geometry SGLang's
     hybrid sliding-window pool is given for V41 (`launch_hooks`), so its buffers are our rows."""
@@ -168,7 +189,6 @@ class SlotState:
         self._check_view("the full pool's K buffer", self.full, rows, self.layout.row_bytes)
         if not self.full.is_contiguous():
             raise SlotStateError("the full pool's K buffer must be contiguous to hold slot rows")
-        self._flat = self.full.view(-1)
         self.window = []
         for layer in range(cfg.num_hidden_layers):
             view = pool.window.get(layer)
@@ -176,14 +196,16 @@ class SlotState:
                 view = torch.zeros(self.window_rows, width, dtype=torch.uint8, device=device)
             self._check_view(f"layer {layer}'s SWA K buffer", view, self.window_rows, width)
             self.window.append(view[:, :width])
-        stride = self.full.shape[1]
-        self._entry_pos = {}  # KV source -> flat offset of each entry byte from its group's row
-        for s, (offset, piece) in self.layout.pieces.items():
-            e = torch.arange(self.layout.entry_bytes, device=self._flat.device)
-            self._entry_pos[s] = torch.div(e, piece, rounding_mode="floor") * stride + offset + e % piece
+        latent, entry = self.layout.latent_bytes, self.layout.entry_bytes
+        self._segments = {  # KV source -> part of an entry -> where its bytes lie in the group's rows
+            s: {
+                "latent": entry_segments(self.layout, s, ratio, 0, latent),
+                "index": entry_segments(self.layout, s, ratio, latent, entry),
+            }
+            for s, ratio in self.ratio.items()
+        }
         self.pending, self.pending_pos = {}, {}
-        # request slot -> (span, first position, window rows): this forward's, see begin_forward
-        self._forward_rows: dict[int, tuple[Span, int, torch.Tensor]] = {}
+        self._forward: ForwardRows | None = None  # this forward's rows, see begin_forward
         for s, ratio in self.ratio.items():
             if ratio == 2:
                 # the (a, z) rows are fp32 math (float64 in a float64 model), not activations
@@ -203,23 +225,29 @@ class SlotState:
         window_rows = rows if window_rows is None else window_rows
         return rows <= self.rows and req_rows <= self.req_rows and window_rows <= self.window_rows
 
-    def begin_forward(self, spans: list[Span]) -> None:
-        """Translate (and check) each span's window rows once for all layers of a forward:
-        positions [start - (window - 1), end) are all that its layers read or write."""
-        self._forward_rows = {}
-        for span in spans:
-            lo = max(0, span.start - (self.window_size - 1))
-            self._forward_rows[span.row] = (span, lo, self._translate(span, lo, span.end))
+    def begin_forward(self, spans: list[Span]) -> Chunks:
+        """The rows of this forward's requests, once for all its layers (`ForwardRows`): window
+        rows of positions [start - (window - 1), end) (translated and checked once per request),
+        the slot group of every compressed entry. Returns the batch's `Chunks`."""
+        chunks = Chunks.of([s.start for s in spans], [s.length for s in spans])
+        starts = chunks.window_starts(self.window_size).tolist()
+        window = [self._translate(span, lo, span.end) for span, lo in zip(spans, starts, strict=True)]
+        new = [rows[span.start - lo :] for rows, span, lo in zip(window, spans, starts, strict=True)]
+        groups = {
+            s: torch.cat([span.slots[: span.end // r * r : r] // r for span in spans])
+            for s, r in self.ratio.items()
+        }
+        rows = torch.tensor([span.row for span in spans], dtype=torch.int64)
+        self._forward = ForwardRows(chunks, rows, torch.cat(window), torch.cat(new), groups)
+        return chunks
 
     def end_forward(self) -> None:
-        self._forward_rows = {}
+        self._forward = None
 
-    def _window_ids(self, span: Span, lo: int, hi: int) -> torch.Tensor:
-        """Rows of `window[layer]` holding positions [lo, hi) of the span's request."""
-        cached = self._forward_rows.get(span.row)
-        if cached is not None and cached[0] is span and cached[1] <= lo:
-            return cached[2][lo - cached[1] : hi - cached[1]]
-        return self._translate(span, lo, hi)
+    def _rows(self) -> ForwardRows:
+        if self._forward is None:
+            raise SlotStateError("no forward has begun (begin_forward) to read or write attention state for")
+        return self._forward
 
     def _translate(self, span: Span, lo: int, hi: int) -> torch.Tensor:
         slots = span.slots[lo:hi]
@@ -244,64 +272,102 @@ class SlotState:
 
     # ---- attention state ------------------------------------------------------------------------
 
-    def _entry_bytes(self, source: int, groups: torch.Tensor) -> torch.Tensor:
-        """Flat byte positions [n, entry bytes] of the compressed entries of token groups `groups`."""
-        first_row = groups * (self.ratio[source] * self.full.shape[1])
-        return first_row[:, None] + self._entry_pos[source][None, :]
+    def _read(self, source: int, part: str, groups: torch.Tensor) -> torch.Tensor:
+        """The packed `part` ("latent" / "index") of `source`'s entries in slot groups [n] -> [n, bytes]."""
+        first = groups * self.ratio[source]
+        pieces = [self.full[:, a:b].index_select(0, first + r) for r, a, b in self._segments[source][part]]
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
 
-    def _entry_slots(self, span: Span, source: int, first: int, stop: int) -> torch.Tensor:
-        ratio = self.ratio[source]
-        return torch.div(span.slots[first * ratio : stop * ratio : ratio], ratio, rounding_mode="floor")
+    def _write(self, source: int, part: str, groups: torch.Tensor, packed: torch.Tensor) -> None:
+        first, done = groups * self.ratio[source], 0
+        for r, a, b in self._segments[source][part]:
+            self.full[first + r, a:b] = packed[:, done : done + b - a]
+            done += b - a
 
-    def before(self, layer: int, span: Span) -> AttentionState:
-        """Layer `layer`'s state right before the span's first new token."""
-        lo = max(0, span.start - (self.window_size - 1))
-        rows = self._window_ids(span, lo, span.start)
-        window = self.window_codec.decode(self.window[layer][rows], self.dtype)
-        if layer_role(self.cfg, layer) is not LayerRole.FULL:
-            return AttentionState(window)
-        ratio, n = self.ratio[layer], span.start // self.ratio[layer]
-        ids = self._entry_slots(span, layer, 0, n)
-        pending = None
-        if ratio == 2 and span.start % 2:
-            if int(self.pending_pos[layer][span.row]) != span.start - 1:
-                raise SlotStateError(
-                    f"layer {layer}: request slot {span.row} starts at odd position {span.start}, but "
-                    f"its pending ratio-2 token is for position {int(self.pending_pos[layer][span.row])}; "
-                    "a prefix-cache hit ended mid pair (serve with an even --page-size)"
-                )
-            pending = self.pending[layer][span.row]
-        entries = self._flat[self._entry_bytes(layer, ids)]
-        latents = self.latent_codec.decode(entries[:, : self.layout.latent_bytes], self.dtype)
-        keys = self.index_codec.decode(entries[:, self.layout.latent_bytes :], self.dtype)
-        return AttentionState(window, CompressedKV(latents, keys, pending))
+    def pending_rows(self, layer: int) -> torch.Tensor | None:
+        """A ratio-2 KV source's pending (a, z) rows [B, 2, head_dim] of this forward's requests
+        (those starting at an odd position need theirs; checked), or None when none does."""
+        if self.ratio.get(layer) != 2:
+            return None
+        fwd = self._rows()
+        waiting = fwd.chunks.starts % 2 == 1
+        if not bool(waiting.any()):
+            return None
+        held = self.pending_pos[layer][fwd.req_rows]
+        wrong = waiting & (held != fwd.chunks.starts - 1)
+        if bool(wrong.any()):
+            b = int(torch.nonzero(wrong)[0])
+            raise SlotStateError(
+                f"layer {layer}: request slot {int(fwd.req_rows[b])} starts at odd position "
+                f"{int(fwd.chunks.starts[b])}, but its pending ratio-2 token is for position {int(held[b])}; "
+                "a prefix-cache hit ended mid pair (serve with an even --page-size)"
+            )
+        return self.pending[layer][fwd.req_rows]
 
-    def commit(
-        self,
-        layer: int,
-        span: Span,
-        window_kv: torch.Tensor,
-        after: AttentionState,
-        new_entries: torch.Tensor | None = None,
-    ) -> None:
-        """Store what the span added: every new token's window KV, the completed compressed
-        entries (`new_entries`: their input to the FP4 quantiser), the pending token (KV sources)."""
-        self.window[layer][self._window_ids(span, span.start, span.end)] = self.window_codec.encode(window_kv)
-        if after.compressed is None:
+    def commit(self, layer: int, projected: Projected) -> None:
+        """Store what layer `layer`'s forward made: every new token's window KV; on a KV source
+        the completed compressed entries (latents encoded from their FP4 quantiser's input) and
+        each request's new pending token."""
+        fwd = self._rows()
+        self.window[layer][fwd.new_window] = self.window_codec.encode(projected.window_kv)
+        new = projected.entries
+        if new is None:
             return
-        ratio = self.ratio[layer]
-        first, stop = span.start // ratio, span.end // ratio
-        where = self._entry_bytes(layer, self._entry_slots(span, layer, first, stop))
-        if stop > first:
-            if new_entries is None or new_entries.shape[0] != stop - first:
-                got = None if new_entries is None else new_entries.shape[0]
-                raise SlotStateError(
-                    f"layer {layer}: {stop - first} compressed entries completed, but {got} "
-                    "unquantised entries were captured for the store"
-                )
-            self._flat[where[:, : self.layout.latent_bytes]] = self.latent_codec.encode(new_entries)
-        keys = after.compressed.index_keys[first:stop]
-        self._flat[where[:, self.layout.latent_bytes :]] = self.index_codec.encode(keys)
-        if after.compressed.pending is not None:
-            self.pending[layer][span.row] = after.compressed.pending.to(self.pending[layer].dtype)
-            self.pending_pos[layer][span.row] = span.end - 1
+        groups = fwd.groups[layer][fwd.chunks.new_entries(self.ratio[layer])]
+        if groups.numel() != new.kv.shape[0]:
+            raise SlotStateError(
+                f"layer {layer}: the forward completes {groups.numel()} compressed entries, but "
+                f"{new.kv.shape[0]} were projected"
+            )
+        self._write(layer, "latent", groups, self.latent_codec.encode(new.rotated))
+        self._write(layer, "index", groups, self.index_codec.encode(new.index_keys))
+        if new.pending is not None:
+            unpaired = fwd.chunks.ends % 2 == 1
+            rows = fwd.req_rows[unpaired]
+            self.pending[layer][rows] = new.pending[unpaired].to(self.pending[layer].dtype)
+            self.pending_pos[layer][rows] = fwd.chunks.ends[unpaired] - 1
+
+    def view(self, layer: int) -> SlotView:
+        """Layer `layer`'s state for this forward's requests (`model.attention.StateView`)."""
+        return SlotView(self, layer, self._rows())
+
+
+@dataclass(frozen=True)
+class ForwardRows:
+    """Where one forward's requests keep their state, in the order of the logical pool
+    (`model.batch`): window rows, and the slot group of each compressed entry."""
+
+    chunks: Chunks
+    req_rows: torch.Tensor  # [B] request slots (req_pool_idx)
+    window: torch.Tensor  # [W] window-pool rows of positions [window start, end) per request
+    new_window: torch.Tensor  # [T] window-pool rows of the new tokens
+    groups: dict[int, torch.Tensor]  # KV source -> [E] slot group (first slot // ratio) of each entry
+    last_keys: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # see SlotView
+
+
+class SlotView:
+    """`model.attention.StateView` over the packed pool bytes: decodes what is asked for only."""
+
+    def __init__(self, store: SlotState, layer: int, rows: ForwardRows):
+        self.store, self.layer, self.rows_of = store, layer, rows
+        role = layer_role(store.cfg, layer)
+        self.source = None if role is LayerRole.WINDOW else kv_source(store.cfg, layer)
+
+    def window(self) -> torch.Tensor:
+        store = self.store
+        return store.window_codec.decode(store.window[self.layer][self.rows_of.window], store.dtype)
+
+    def index_keys(self, ids: torch.Tensor) -> torch.Tensor:
+        # An index source and a Reindex layer of one KV source (official: 20 and 24..36) score
+        # the same entries in a decode step: the last block decoded per source is kept.
+        last = self.rows_of.last_keys.get(self.source)
+        if last is not None and last[0].shape == ids.shape and torch.equal(last[0], ids):
+            return last[1]
+        store, groups = self.store, self.rows_of.groups[self.source][ids]
+        keys = store.index_codec.decode(store._read(self.source, "index", groups), store.dtype)
+        self.rows_of.last_keys[self.source] = (ids, keys)
+        return keys
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        store, groups = self.store, self.rows_of.groups[self.source][ids]
+        return store.latent_codec.decode(store._read(self.source, "latent", groups), store.dtype)

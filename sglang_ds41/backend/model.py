@@ -4,8 +4,9 @@ Same skeleton as SGLang's model files (attention, MoE, Engram, decoder layer, mo
 wrapper, `load_weights`, `EntryClass`) and the same concept and parameter names as the
 reference (`reference/model.py`): the math is `model/` and `engram/`, written once; this file
 adds only SGLang's batching, KV slots and TP. Read it beside `reference.model.Block` /
-`Transformer`: `DeepseekV41DecoderLayer.forward` is `Block.forward` with the attention state
-coming from the slot store.
+`Transformer`: `DeepseekV41DecoderLayer.forward` is `Block.forward` for the whole batch, its
+attention the reference layer's phases run once over all requests with the state in the slot
+store (`attention.batch_attention`).
 
 State (docs/SGLANG_CPU.md §6.1): everything per token lives in model-owned buffers indexed by
 SGLang's KV slot ids (`kv_state.SlotState`: token ids, window KV, compressed latents, index
@@ -50,11 +51,22 @@ from sglang_ds41.engram.gate import EngramGate
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.table import EngramTable
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.model import HyperConnection, MoE, Published, RMSNorm, collapse, expand, first_pre, upcast
+from sglang_ds41.model import (
+    Attention,
+    HyperConnection,
+    MoE,
+    Published,
+    RMSNorm,
+    collapse,
+    expand,
+    first_pre,
+    upcast,
+)
+from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.vision import VisionTower
 
 from . import EXTERNAL_MODEL_PACKAGE, images
-from .attention import SlotAttention, batch_attention
+from .attention import batch_attention
 from .kv_state import PoolViews, SlotState, Span
 from .tp import SINGLE, TensorParallel, VocabParallelEmbedding
 
@@ -111,7 +123,7 @@ class DeepseekV41DecoderLayer(nn.Module):
             self.engram.tp = tp
         self.hc_attn = HyperConnection(cfg)
         self.attn_norm = RMSNorm(d, eps)
-        self.attn = SlotAttention(local, layer)
+        self.attn = Attention(local, layer)
         self.hc_ffn = HyperConnection(cfg)
         self.ffn_norm = RMSNorm(d, eps)
         self.ffn = MoE(local)
@@ -120,9 +132,8 @@ class DeepseekV41DecoderLayer(nn.Module):
         self,
         r: torch.Tensor,
         pre: torch.Tensor,
-        positions: torch.Tensor,
-        spans: list[Span],
-        published: list[Published],
+        chunks: Chunks,
+        published: Published,
         store: SlotState,
         is_image: torch.Tensor,
         engram_ids: torch.Tensor | None,
@@ -132,7 +143,7 @@ class DeepseekV41DecoderLayer(nn.Module):
             r = self.engram(r, engram_ids, is_image)
         coeffs = self.hc_attn(r)
         x = self.attn_norm(collapse(r, pre))
-        y = self.tp.all_reduce(batch_attention(self.attn, x, positions, spans, published, store))
+        y = self.tp.all_reduce(batch_attention(self.attn, x, chunks, published, store))
         r = expand(r, y, coeffs.post, coeffs.comb)
         pre = coeffs.pre
         coeffs = self.hc_ffn(r)
@@ -162,12 +173,12 @@ class DeepseekV41Model(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        positions: torch.Tensor,
+        chunks: Chunks,
         spans: list[Span],
         store: SlotState,
         input_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """New tokens of all requests [T] at `positions` [T] -> final hidden states [T, D].
+        """New tokens of all requests [T] (`chunks`' rows) -> final hidden states [T, D].
         `input_embeds` [T, D]: the input embeddings when images replaced some (else the table's)."""
         t = input_ids.shape[0]
         is_image = input_ids == self.image_token_id
@@ -175,12 +186,12 @@ class DeepseekV41Model(nn.Module):
         r = e[:, None, :].expand(t, self.text.hc_mult, e.shape[-1]).contiguous()  # [T, hc, D]
         engram_ids = self.engram_rows(input_ids, spans, store)  # [T, n_engram_layers, n_columns]
         pre = first_pre(r)
-        published = [Published() for _ in spans]
+        published = Published()
         for layer in self.layers:
             ids = None
             if layer.engram is not None:
                 ids = engram_ids[:, self.hasher.layout.index_of(layer.layer)]
-            r, pre = layer(r, pre, positions, spans, published, store, is_image, ids)
+            r, pre = layer(r, pre, chunks, published, store, is_image, ids)
         return self.norm(collapse(r, pre))
 
     def engram_rows(self, input_ids: torch.Tensor, spans: list[Span], store: SlotState) -> torch.Tensor:
@@ -195,7 +206,7 @@ class DeepseekV41Model(nn.Module):
 
 
 def refuse_gpu_device(device: str) -> None:
-    """This backend is the exact CPU engine (no GPU kernels, per-request loops): serving the real
+    """This backend is the exact CPU engine (torch-native, no GPU kernels): serving the real
     model on a GPU is upstream SGLang's V4.1 model with our plugin, so say that instead of
     starting a server that would not fit or would crawl."""
     if device != "cpu":
@@ -400,9 +411,9 @@ class DeepseekV41ForCausalLM(nn.Module):
         if not torch.equal(positions.cpu().to(torch.int64), expected):
             raise BackendError("forward batch: positions are not each request's next contiguous positions")
         store.write_tokens(out_cache_loc.to(torch.int64), input_ids)
-        store.begin_forward(spans)
+        chunks = store.begin_forward(spans)
         try:
-            return self.model(input_ids, positions.to(torch.int64), spans, store, input_embeds)
+            return self.model(input_ids, chunks, spans, store, input_embeds)
         finally:
             store.end_forward()
 

@@ -3,7 +3,9 @@
 One module per concept: `norm` (RMSNorm, the upcast rule), `rope` (RoPE + YaRN), `mhc`
 (hyper-connection coefficients, Sinkhorn, collapse/expand of the 4-copy stream), `roles`
 (window / Full / Reindex / Reuse), `compressor`, `indexer` (scores, visibility, candidate
-blocks, top-k), `attention` (the layer), `moe` (router, clamped SwiGLU experts, shared expert).
+blocks, top-k: the definitions), `selection` (the same selection over bounded blocks of
+entries, a running top-k), `batch` (a forward's requests as varlen rows, the pool layout),
+`attention` (the layer, in phases), `moe` (router, clamped SwiGLU experts, shared expert).
 Weights are dense tensors (the loader dequantises FP8 / MXFP4 / NVFP4); every module also runs
 in float64, where chunked and one-shot forwards agree to rounding.
 
@@ -22,9 +24,15 @@ and the layer's `AttentionState` from before the chunk, and returns `(y, state a
 * REINDEX / REUSE / WINDOW: only the window.
 * Engram history and the mHC `pre` are not attention state (see `engram/`, `mhc`).
 
+Phases (`attention`): `project` (q, window KV, new entries) -> the runtime commits them ->
+`select` (window rows + top-k entries, as rows of the forward's logical pool) -> `attend`; they
+run a whole batch of requests and read state through a `StateView`. `Attention.forward` is
+their composition for one request with the state above as tensors (the reference runtime).
+
 Per forward, layers run in order and share `Published`: each KV source puts its updated
-`CompressedKV`, each index source its selection `[T, k]` (entry ids, -1 = none), the candidate
-source its block mask `[T, n_blocks]`; REINDEX and REUSE layers read their sources' entries.
+`CompressedKV` (reference), each index source its selection `[T, k]` (entry rows, -1 = none),
+the candidate source its kept block ids `[T, keep]`; REINDEX and REUSE layers read their
+sources' entries.
 `Published` is scratch: top-k and candidates are recomputed every forward, never cached.
 Feeding a sequence in chunks (carrying the returned states) equals one shot, token for token;
 for that, top-k ties go to the lower entry id (`indexer.stable_topk`; the spec leaves ties open).
@@ -34,7 +42,17 @@ Parameter names follow the checkpoint (`attn.wq_a`, `attn.compressor.wgate`, `ff
 `hc_{attn,ffn}_{fn,base,scale}`; the `pre` lag of V4.1 is spelled out in `mhc`'s docstring.
 """
 
-from .attention import Attention, AttentionState, CompressedKV, Published, sparse_attention
+from .attention import (
+    Attention,
+    AttentionState,
+    CompressedKV,
+    Projected,
+    Published,
+    StateView,
+    TensorView,
+    sparse_attention,
+)
+from .batch import Chunks
 from .compressor import Compressor
 from .indexer import Indexer, candidate_blocks, select_topk
 from .mhc import HcCoeffs, HyperConnection, collapse, expand, first_pre, sinkhorn
@@ -46,6 +64,7 @@ from .rope import RotaryEmbedding, rope_frequencies
 __all__ = [
     "Attention",
     "AttentionState",
+    "Chunks",
     "CompressedKV",
     "Compressor",
     "Expert",
@@ -55,9 +74,12 @@ __all__ = [
     "Indexer",
     "LayerRole",
     "MoE",
+    "Projected",
     "Published",
     "RMSNorm",
     "RotaryEmbedding",
+    "StateView",
+    "TensorView",
     "candidate_blocks",
     "collapse",
     "expand",

@@ -1,16 +1,31 @@
 """Attention of one layer: query, window KV, optional compressed KV + top-k, sink, grouped
-output (MODEL.md §4.2–4.6).
+output (MODEL.md §4.2–4.6), as three phases with tensors between them.
 
-State is explicit so that both runtimes own the storage: `Attention.forward` takes the
-layer's `AttentionState` from before the call and returns the state after it; what a layer
-borrows from earlier layers of the *same* forward (a KV source's updated compressed cache,
-an index source's top-k, the candidate blocks) travels in `Published`, per-forward scratch
-that the layers fill in order and nobody caches.
+    project  x -> q, window KV, new compressed entries + index keys, pending     (§4.2, §4.4, §4.5)
+    (commit) the runtime stores what project made
+    select   -> ids [T, W + k]: each token's window rows and top-k entries     (§4.3, §4.5)
+    attend   -> sparse attention over those rows, then the output projection   (§4.3)
+
+The phases run a batch of requests at once (`batch.Chunks`: varlen rows) and address a layer's
+state as rows of one logical pool per forward (window rows, then compressed entries, request
+after request; see `batch.py`). After commit they read state only through a `StateView`:
+`window()` (the batch's window rows, decoded), `index_keys(ids)` and `rows(ids)` (compressed
+entries, decoding only the rows asked for). The reference implements it over its tensors
+(`TensorView`), the SGLang backend over its packed pool bytes (`backend.kv_state`).
+
+`Attention.forward` is the reference runtime: one request, state explicit as tensors. It takes
+the layer's `AttentionState` from before the call and returns the state after it, and is the
+composition of the phases with the tensor commit (`AttentionState.after`). What a layer
+borrows from earlier layers of the *same* forward (a KV source's cache, an index source's
+top-k, the candidate blocks) travels in `Published`, per-forward scratch that the layers fill in
+order and nobody caches.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -19,18 +34,18 @@ from sglang_ds41.config import TextConfig
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.formats.kv_quant import fake_quant_latent_fp4, fake_quant_window_fp8
 
+from .batch import Chunks
 from .compressor import Compressor
-from .indexer import (
-    Indexer,
-    candidate_blocks,
-    mask_invisible,
-    restrict_to_blocks,
-    select_topk,
-    visible_counts,
-)
+from .indexer import Indexer, visible_counts
 from .norm import RMSNorm, upcast
 from .roles import LayerRole, consumes_candidates, index_source, kv_source, layer_role
 from .rope import RotaryEmbedding
+from .selection import Candidates, select_rows
+
+# Bounds of one indexer score block: about this many query rows, and rows x heads x entries
+# floats (16 MiB in fp32); the column block is what fits, a multiple of the candidate block.
+ROW_BLOCK = 512
+SCORE_BLOCK = 1 << 22
 
 
 @dataclass
@@ -40,6 +55,26 @@ class CompressedKV:
     kv: torch.Tensor  # [N, head_dim]: rope(latent, g*ratio), FP4 fake-quantised (attention K=V)
     index_keys: torch.Tensor  # [N, index_head_dim]: FP4 fake-quantised indexer keys
     pending: torch.Tensor | None = None  # [2, head_dim] (a, z) of an unpaired even token (ratio 2)
+
+
+@dataclass
+class NewEntries:
+    """The compressed entries a KV source's forward completes, request after request (§4.4)."""
+
+    rotated: torch.Tensor  # [G, head_dim]: rope(latent, entry position), the FP4 quantiser's input
+    kv: torch.Tensor  # [G, head_dim]: fp4(rotated), what attention reads
+    index_keys: torch.Tensor  # [G, index_head_dim]
+    pending: torch.Tensor | None  # [B, 2, head_dim] fp32 (a, z) of requests ending unpaired (ratio 2)
+
+
+@dataclass
+class Projected:
+    """What `Attention.project` makes of a layer's input, for the later phases and the store."""
+
+    q_lora: torch.Tensor  # [T, q_lora_rank]: the indexer reuses it
+    q: torch.Tensor  # [T, H, head_dim], post-RoPE
+    window_kv: torch.Tensor  # [T, head_dim]: post-RoPE, FP8 fake-quantised (§4.2)
+    entries: NewEntries | None = None  # FULL layers
 
 
 @dataclass
@@ -59,23 +94,70 @@ class AttentionState:
             compressed = CompressedKV(rows(cfg.head_dim), rows(cfg.index_head_dim))
         return cls(rows(cfg.head_dim), compressed)
 
+    def after(self, projected: Projected) -> AttentionState:
+        """The reference's commit (one request): this state with the chunk's window KV and
+        completed entries appended (the window untrimmed) and the new pending token."""
+        window = torch.cat([self.window.to(projected.window_kv.dtype), projected.window_kv])
+        new, prev = projected.entries, self.compressed
+        if new is None or prev is None:
+            return AttentionState(window, prev)
+        pending = None if new.pending is None else new.pending[0]
+        kv = torch.cat([prev.kv.to(new.kv.dtype), new.kv])
+        keys = torch.cat([prev.index_keys.to(new.index_keys.dtype), new.index_keys])
+        return AttentionState(window, CompressedKV(kv, keys, pending))
+
 
 @dataclass
 class Published:
     """What earlier layers of this forward hand to later ones; rebuilt every forward."""
 
-    compressed: dict[int, CompressedKV] = field(default_factory=dict)  # KV source -> updated cache
-    selection: dict[int, torch.Tensor] = field(default_factory=dict)  # index source -> [T, k] entry ids
-    candidates: torch.Tensor | None = None  # [T, n_blocks] bool, from the candidate source
+    # the reference's KV sources' caches after this forward (the backend's borrowers read the pool)
+    compressed: dict[int, CompressedKV] = field(default_factory=dict)
+    selection: dict[int, torch.Tensor] = field(default_factory=dict)  # index source -> [T, k] entry rows
+    candidates: torch.Tensor | None = None  # [T, keep] block ids kept by the candidate source, -1 = none
 
 
-def window_ids(n_prev: int, n_new: int, window: int, device=None) -> torch.Tensor:
-    """Rows of `cat(previous window, new KV)` each new token attends: [T, window], -1 = none.
+class StateView(Protocol):
+    """A layer's state for the requests of a forward, once this forward's values are committed,
+    as rows of the logical pool (`batch.py`): entry rows count from the first entry."""
 
-    New token i sits at row n_prev + i and sees itself and the window-1 rows before it."""
-    own = n_prev + torch.arange(n_new, device=device)
-    ids = own[:, None] - torch.arange(window - 1, -1, -1, device=device)  # oldest .. itself
-    return ids.masked_fill(ids < 0, -1)
+    def window(self) -> torch.Tensor:
+        """[W, head_dim]: every request's window rows, request after request."""
+        ...
+
+    def index_keys(self, ids: torch.Tensor) -> torch.Tensor:
+        """Entry rows [n] -> their index keys [n, index_head_dim] (the KV source's)."""
+        ...
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Entry rows [n] -> their attention K=V [n, head_dim], decoding only those."""
+        ...
+
+
+class TensorView:
+    """`StateView` over tensors: the window rows and the KV source's cache, concatenated over
+    the requests (the reference has one)."""
+
+    def __init__(self, window: torch.Tensor, compressed: CompressedKV | None = None):
+        self._window, self._compressed = window, compressed
+
+    def window(self) -> torch.Tensor:
+        return self._window
+
+    def index_keys(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._compressed.index_keys[ids]
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._compressed.kv[ids]
+
+
+def window_ids(chunks: Chunks, window: int) -> torch.Tensor:
+    """[T, window]: the window rows of the pool each new token attends, oldest first and itself
+    last (the window-1 positions before it); -1 = before position 0."""
+    request, positions = chunks.request, chunks.positions
+    own = chunks.window_offsets(window)[request] + positions - chunks.window_starts(window)[request]
+    back = torch.arange(window - 1, -1, -1)
+    return (own[:, None] - back).masked_fill(positions[:, None] - back < 0, -1)
 
 
 def sparse_attention(
@@ -124,91 +206,161 @@ class Attention(nn.Module):
             self.consumes_candidates = consumes_candidates(cfg, layer)
             self.candidate_block_size = cfg.candidate_block_size
             self.candidate_topk_blocks = cfg.candidate_topk_blocks
+            self.row_block, self.score_block = ROW_BLOCK, SCORE_BLOCK  # the indexer scan's bounds
+
+    # ---- the reference runtime: one request, state as tensors ------------------------------
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, state: AttentionState, published: Published
     ) -> tuple[torch.Tensor, AttentionState]:
         """x [T, D] (normed collapse) at contiguous positions [T] of one request -> (y [T, D],
         the state after these tokens). Fills `published` for later layers of this forward."""
-        start = int(positions[0])
+        chunks = Chunks.of([int(positions[0])], [x.shape[0]])
+        pending = self._check(state, chunks)
+        projected = self.project(x, chunks, pending)
+        after = state.after(projected)
+        view = self._tensor_view(after, chunks, published)
+        ids = self.select(x, projected, chunks, view, published)
+        y = self.attend(projected, chunks, view, ids)
+        return y, AttentionState(after.window[-self.window :], after.compressed)
+
+    def _check(self, state: AttentionState, chunks: Chunks) -> torch.Tensor | None:
+        """The state fits a chunk starting at chunks.starts[0]; returns its pending row [1, 2, Dh]."""
+        start = int(chunks.starts[0])
         if state.window.shape[0] < min(start, self.window - 1):
             raise Ds41Error(
                 f"attention layer {self.layer}: the window state holds {state.window.shape[0]} tokens, "
                 f"but a chunk starting at position {start} needs the previous {min(start, self.window - 1)}"
             )
-        q_lora = self.q_norm(self.wq_a(x))  # [T, q_lora_rank]
-        q = self.rope(self.wq_b(q_lora).unflatten(-1, (self.n_heads, self.head_dim)), positions)  # [T, H, Dh]
-        kv = self.window_kv(x, positions)  # [T, Dh]
-        window = torch.cat([state.window.to(kv.dtype), kv])  # [n + T, Dh]
-        pool, ids = window, window_ids(state.window.shape[0], x.shape[0], self.window, x.device)
-        compressed = None
-        if self.role is not LayerRole.WINDOW:
-            compressed, selection = self.select(x, q_lora, positions, state, published)  # [T, k]
-            ids = torch.cat([ids, torch.where(selection >= 0, selection + pool.shape[0], -1)], dim=1)
-            pool = torch.cat([pool, compressed.kv.to(pool.dtype)])
-        o = sparse_attention(q, pool, ids, self.attn_sink, self.softmax_scale)  # [T, H, Dh]
-        own = compressed if self.role is LayerRole.FULL else None
-        return self.project_out(o, positions), AttentionState(window[-self.window :], own)
-
-    def window_kv(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Each token's window KV [T, Dh] (post-RoPE, FP8 fake-quantised): its own method so a
-        runtime that stores every token's KV (not only the last window) can capture it."""
-        return fake_quant_window_fp8(self.rope(self.kv_norm(self.wkv(x)), positions))
-
-    def select(
-        self,
-        x: torch.Tensor,
-        q_lora: torch.Tensor,
-        positions: torch.Tensor,
-        state: AttentionState,
-        published: Published,
-    ) -> tuple[CompressedKV, torch.Tensor]:
-        """The compressed cache this layer attends and the entries each token picks from it."""
-        if self.role is LayerRole.FULL:
-            compressed = self.compress(x, positions, state.compressed)
-            published.compressed[self.layer] = compressed
-        else:
-            compressed = self._borrow(published.compressed, self.kv_source, "compressed KV")
-        if self.role is LayerRole.REUSE:
-            return compressed, self._borrow(published.selection, self.index_source, "top-k")
-        n_visible = visible_counts(positions, self.ratio)  # [T]
-        scores = self.indexer.scores(x, q_lora, positions, compressed.index_keys)  # [T, N]
-        scores = mask_invisible(scores, n_visible)
-        if self.publishes_candidates:
-            published.candidates = candidate_blocks(
-                scores, n_visible, self.candidate_block_size, self.candidate_topk_blocks
-            )
-        if self.consumes_candidates:
-            if published.candidates is None:
-                raise Ds41Error(f"attention layer {self.layer}: the candidate source has not run yet")
-            scores = restrict_to_blocks(scores, published.candidates, self.candidate_block_size)
-        selection = select_topk(scores, self.index_topk)
-        published.selection[self.layer] = selection
-        return compressed, selection
-
-    def compress(self, x: torch.Tensor, positions: torch.Tensor, prev: CompressedKV) -> CompressedKV:
-        """Append the entries completed by this chunk: index keys from the pre-RoPE latents,
-        attention entries = fp4(rope(latent, entry position))."""
-        expected = int(positions[0]) // self.ratio
+        prev = state.compressed
+        if self.role is not LayerRole.FULL or prev is None:
+            return None
+        expected = start // self.ratio
         if prev.kv.shape[0] != expected:
             raise Ds41Error(
                 f"attention layer {self.layer}: compressed state holds {prev.kv.shape[0]} entries, "
-                f"expected {expected} before position {int(positions[0])} (ratio {self.ratio})"
+                f"expected {expected} before position {start} (ratio {self.ratio})"
             )
-        latents, entry_positions, pending = self.compressor(x, positions, prev.pending)  # [G, Dh]
-        keys = self.indexer.keys(latents, entry_positions)  # [G, Di]
-        entries = self.quantize_entries(self.rope(latents, entry_positions))  # [G, Dh]
-        return CompressedKV(
-            torch.cat([prev.kv.to(entries.dtype), entries]),
-            torch.cat([prev.index_keys.to(keys.dtype), keys]),
-            pending,
-        )
+        if prev.pending is not None and start % 2 == 0:
+            raise Ds41Error(f"compressor: got a pending token but the chunk starts at even position {start}")
+        return None if prev.pending is None else prev.pending[None]
 
-    def quantize_entries(self, rotated: torch.Tensor) -> torch.Tensor:
-        """New compressed entries [G, Dh] as attended: FP4 fake-quantised. Its own method so a
-        runtime that stores the FP4 codes can quantise the same input (the E4M3 scale rule is
-        not idempotent for small blocks, so the output cannot be re-quantised instead)."""
-        return fake_quant_latent_fp4(rotated)
+    def _tensor_view(self, after: AttentionState, chunks: Chunks, published: Published) -> TensorView:
+        """The pool of this request: its window rows, the KV source's cache after this forward."""
+        n_window = int(chunks.ends[0] - chunks.window_starts(self.window)[0])
+        window = after.window[after.window.shape[0] - n_window :]
+        if self.role is LayerRole.WINDOW:
+            return TensorView(window)
+        if self.role is LayerRole.FULL:
+            published.compressed[self.layer] = after.compressed
+        return TensorView(window, self._borrow(published.compressed, self.kv_source, "compressed KV"))
+
+    # ---- the phases (a batch of requests) --------------------------------------------------
+
+    def project(self, x: torch.Tensor, chunks: Chunks, pending: torch.Tensor | None = None) -> Projected:
+        """x [T, D] -> q, window KV and (KV source) the entries the chunks complete (§4.2, §4.4):
+        index keys from the pre-RoPE latents, attention entries = fp4(rope(latent, entry
+        position)). `pending` [B, 2, Dh]: each request's unpaired even token (ratio 2)."""
+        positions = chunks.positions.to(x.device)
+        q_lora = self.q_norm(self.wq_a(x))  # [T, q_lora_rank]
+        q = self.rope(self.wq_b(q_lora).unflatten(-1, (self.n_heads, self.head_dim)), positions)  # [T, H, Dh]
+        window_kv = fake_quant_window_fp8(self.rope(self.kv_norm(self.wkv(x)), positions))  # [T, Dh]
+        entries = None
+        if self.role is LayerRole.FULL:
+            latents, entry_positions, new_pending = self.compressor.compress(x, chunks, pending)  # [G, Dh]
+            keys = self.indexer.keys(latents, entry_positions)  # [G, Di]
+            rotated = self.rope(latents, entry_positions)
+            entries = NewEntries(rotated, fake_quant_latent_fp4(rotated), keys, new_pending)
+        return Projected(q_lora, q, window_kv, entries)
+
+    def select(
+        self, x: torch.Tensor, projected: Projected, chunks: Chunks, view: StateView, published: Published
+    ) -> torch.Tensor:
+        """Rows of the pool each token attends [T, W + k] (-1 = none): its window, then the
+        entries its index source picked (§4.3, §4.5). Fills `published` for later layers."""
+        ids = window_ids(chunks, self.window)  # [T, W]
+        if self.role is LayerRole.WINDOW:
+            return ids
+        if self.role is LayerRole.REUSE:
+            entries = self._borrow(published.selection, self.index_source, "top-k")
+        else:
+            entries = self.index(x, projected.q_lora, chunks, view, published)  # [T, k]
+        n_window = int(chunks.window_offsets(self.window)[-1])
+        return torch.cat([ids, torch.where(entries >= 0, entries + n_window, -1)], dim=1)
+
+    def attend(
+        self, projected: Projected, chunks: Chunks, view: StateView, ids: torch.Tensor
+    ) -> torch.Tensor:
+        """Sparse attention of each token over its rows [T, W + k], then the output: -> y [T, D].
+        Only the entries picked are decoded."""
+        n_window = int(chunks.window_offsets(self.window)[-1])
+        pool = view.window()  # [n_window, Dh]: the window rows, then the picked entries
+        entry = ids >= n_window
+        wanted, where = torch.unique(ids[entry] - n_window, return_inverse=True)
+        if wanted.numel():
+            pool = torch.cat([pool, view.rows(wanted).to(pool.dtype)])  # [n_window + U, Dh]
+        local = ids.clone()
+        local[entry] = where + n_window
+        o = sparse_attention(projected.q, pool, local, self.attn_sink, self.softmax_scale)  # [T, H, Dh]
+        return self.project_out(o, chunks.positions.to(o.device))
+
+    def index(
+        self, x: torch.Tensor, q_lora: torch.Tensor, chunks: Chunks, view: StateView, published: Published
+    ) -> torch.Tensor:
+        """This index source's top-k: entry rows [T, min(k, most entries)] (-1 = none), from
+        scores of bounded blocks of entries (`selection.py`); publishes it, and the candidate
+        blocks on the candidate source."""
+        positions = chunks.positions.to(x.device)
+        q, w = self.indexer.queries(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
+        n_visible = visible_counts(positions, self.ratio)  # [T]
+        counts, first = chunks.entry_counts(self.ratio), chunks.entry_offsets(self.ratio)[:-1]
+        width = min(self.index_topk, int(counts.max()))
+        size = self.candidate_block_size
+        publish = Candidates(size, self.candidate_topk_blocks) if self.publishes_candidates else None
+        allowed = None
+        if self.consumes_candidates:
+            if published.candidates is None:
+                raise Ds41Error(f"attention layer {self.layer}: the candidate source has not run yet")
+            allowed = published.candidates
+        picked = torch.full((q.shape[0], width), -1, dtype=torch.int64)
+        kept = None if publish is None else torch.full((q.shape[0], publish.keep), -1, dtype=torch.int64)
+        for requests, rows in chunks.row_blocks(self.row_block):  # [B'], [B', tb]
+            real, at = rows >= 0, rows.clamp(min=0)
+            score = self._scorer(q[at], w[at], view, first[requests], counts[requests])
+            columns = max(size, self.score_block // (rows.numel() * self.indexer.n_heads) // size * size)
+            restrict = None if allowed is None else (allowed[at].flatten(0, 1), size)
+            ids, blocks = select_rows(
+                score, n_visible[at].masked_fill(~real, 0).flatten(), self.index_topk, width, columns,
+                publish, restrict,
+            )  # fmt: skip
+            ids = ids.view(*rows.shape, width)
+            picked[rows[real]] = torch.where(ids >= 0, ids + first[requests, None, None], -1)[real]
+            if kept is not None:
+                kept[rows[real]] = blocks.view(*rows.shape, -1)[real]
+        if kept is not None:
+            published.candidates = kept
+        published.selection[self.layer] = picked
+        return picked
+
+    def _scorer(
+        self, q: torch.Tensor, w: torch.Tensor, view: StateView, first: torch.Tensor, counts: torch.Tensor
+    ) -> Callable[[int, int], torch.Tensor]:
+        """score(c0, c1) -> [B' * tb, c1 - c0]: the row block's queries q [B', tb, Hi, Di] (weights
+        w [B', tb, Hi]) against entries c0..c1-1 of their own request (B' requests whose entry
+        rows start at `first`, `counts` of them; missing entries score 0, masked later)."""
+
+        def score(c0: int, c1: int) -> torch.Tensor:
+            g = torch.arange(c0, c1)
+            exists = g[None, :] < counts[:, None]  # [B', c]
+            found = view.index_keys((first[:, None] + g[None, :])[exists])
+            if bool(exists.all()):
+                keys = found.view(*exists.shape, -1)
+            else:
+                keys = found.new_zeros(*exists.shape, found.shape[-1])
+                keys[exists] = found
+            return self.indexer.weigh(q, w, keys).flatten(0, 1)
+
+        return score
 
     def project_out(self, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Undo the query-position RoPE, then the grouped low-rank output: [T, H, Dh] -> [T, D]."""

@@ -40,12 +40,28 @@ class Indexer(nn.Module):
     def scores(
         self, x: torch.Tensor, q_lora: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor
     ) -> torch.Tensor:
-        """x [T, D], q_lora [T, q_lora_rank], keys [N, index_head_dim] -> scores [T, N], unmasked."""
+        """x [T, D], q_lora [T, q_lora_rank], keys [N, index_head_dim] -> scores [T, N], unmasked.
+
+        The definition, all entries at once; the runtimes score bounded blocks of entries with
+        the same two steps (`queries`, `weigh`; see `selection.py`)."""
+        q, w = self.queries(x, q_lora, positions)
+        return self.weigh(q[None], w[None], keys[None])[0]
+
+    def queries(
+        self, x: torch.Tensor, q_lora: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [T, D], q_lora [T, q_lora_rank] -> (FP4 queries q^I [T, Hi, Di], head weights w [T, Hi])."""
         q = self.wq_b(q_lora).unflatten(-1, (self.n_heads, self.head_dim))  # [T, Hi, Di]
         q = fake_quant_index_fp4(self.rope(q, positions))
         w = upcast(self.weights_proj(x)) * (self.head_dim**-0.5 * self.n_heads**-0.5)  # [T, Hi]
-        logits = F.relu(torch.einsum("thd,nd->thn", upcast(q), upcast(keys)))  # [T, Hi, N]
-        return torch.einsum("th,thn->tn", w, logits)
+        return q, w
+
+    @staticmethod
+    def weigh(q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """score = sum_h w[h] * relu(q_h . key): q [B, T, Hi, Di], w [B, T, Hi], keys [B, N, Di]
+        (each of B groups of queries against its own keys) -> [B, T, N], in fp32."""
+        logits = F.relu(torch.einsum("bthd,bnd->bthn", upcast(q), upcast(keys)))  # [B, T, Hi, N]
+        return torch.einsum("bth,bthn->btn", w, logits)
 
 
 def visible_counts(positions: torch.Tensor, ratio: int) -> torch.Tensor:

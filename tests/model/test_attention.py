@@ -6,6 +6,7 @@ import torch
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.formats.kv_quant import fake_quant_window_fp8
 from sglang_ds41.model.attention import Attention, AttentionState, Published, sparse_attention, window_ids
+from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.indexer import visible_counts
 from sglang_ds41.model.roles import LayerRole, layer_role
 
@@ -51,8 +52,9 @@ def test_padding_ids_are_ignored():
 
 
 def test_window_ids_cover_the_last_window_tokens_including_self():
-    assert window_ids(2, 3, 3).tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4]]
-    assert window_ids(0, 3, 4).tolist() == [[-1, -1, -1, 0], [-1, -1, 0, 1], [-1, 0, 1, 2]]
+    # rows of (the previous window, then the new tokens): 2 tokens before, 3 new, window 3
+    assert window_ids(Chunks.of([2], [3]), 3).tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4]]
+    assert window_ids(Chunks.of([0], [3]), 4).tolist() == [[-1, -1, -1, 0], [-1, -1, 0, 1], [-1, 0, 1, 2]]
 
 
 def test_grouped_output_projection_matches_per_group_loop():
@@ -105,6 +107,12 @@ class TinyStack:
         return [torch.cat(ys) for ys in outputs], states, published_per_call
 
 
+def block_mask(kept: torch.Tensor, n_blocks: int) -> torch.Tensor:
+    """Kept block ids [T, keep] (-1 = none) -> bool [T, n_blocks]."""
+    mask = torch.zeros(kept.shape[0], n_blocks + 1, dtype=torch.bool)
+    return mask.scatter(1, kept.clamp(min=-1) + 1, True)[:, 1:]
+
+
 @pytest.fixture(scope="module")
 def stack() -> TinyStack:
     return TinyStack()
@@ -121,8 +129,9 @@ def test_one_shot_exercises_every_selection_path(one_shot):
     # Ratio-1 index sources pick 4 of up to 40 visible entries; the consumer (6) only from the
     # 2 of 10 candidate blocks that layer 4 kept.
     assert ((published.selection[4] >= 0).sum(dim=1) == n_visible.clamp(max=4)).all()
-    assert (published.candidates.sum(dim=1) <= 2).all() and published.candidates.shape[1] == 10
-    allowed = published.candidates.repeat_interleave(4, dim=1)
+    candidates = block_mask(published.candidates, 10)  # the kept block ids as a mask
+    assert (candidates.sum(dim=1) <= 2).all() and candidates.shape[1] == 10
+    allowed = candidates.repeat_interleave(4, dim=1)
     sel = published.selection[6]
     assert allowed.gather(1, sel.clamp(min=0))[sel >= 0].all()
     assert not torch.equal(published.selection[4], sel)

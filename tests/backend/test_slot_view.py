@@ -1,0 +1,58 @@
+"""What a forward reads back from the packed pool (`kv_state.SlotView`): the index keys of every
+visible entry (the indexer scores them all, MODEL.md §4.5), but the latents of the entries
+attention picked only: a decode step decodes O(top-k) latents per layer, not O(context)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from sglang_ds41.backend.model import DeepseekV41ForCausalLM
+
+from ._slots import Slots, run
+
+PROMPT = list(range(100, 140))  # 40 tokens
+
+
+@pytest.fixture(scope="module")
+def backend(ckpt):
+    return DeepseekV41ForCausalLM.for_checkpoint(ckpt, torch.float64)
+
+
+def reads_of_one_step(backend, slots: Slots, parts) -> Counter:
+    """Rows decoded per (KV source, part) in one forward (the real reads, counted)."""
+    counted, read = Counter(), slots.store._read
+
+    def counting(source: int, part: str, groups: torch.Tensor) -> torch.Tensor:
+        counted[source, part] += groups.numel()
+        return read(source, part, groups)
+
+    slots.store._read = counting
+    try:
+        run(backend, slots, parts)
+    finally:
+        slots.store._read = read
+    return counted
+
+
+def test_a_decode_step_decodes_the_picked_latents_only(backend):
+    text = backend.v41.text  # tiny: sources 2 (ratio 2; layers 2, 3) and 4 (ratio 1; layers 4..7)
+    slots = Slots(text)
+    run(backend, slots, [(1, PROMPT)])
+    reads = reads_of_one_step(backend, slots, [(1, [7])])  # position 40: 20 and 41 entries
+    assert reads[2, "index"] == 20  # layer 2 scores all of source 2's entries
+    assert reads[4, "index"] == 41  # layers 4 and 6 score all of source 4's: decoded once
+    k = text.index_topk
+    assert 0 < reads[2, "latent"] <= 2 * k and 0 < reads[4, "latent"] <= 4 * k
+
+
+def test_a_batch_of_decode_steps_reads_each_requests_picks(backend):
+    text = backend.v41.text
+    slots = Slots(text)
+    run(backend, slots, [(1, PROMPT), (2, PROMPT[:21]), (3, PROMPT[:6])])
+    reads = reads_of_one_step(backend, slots, [(1, [7]), (2, [8]), (3, [9])])
+    assert reads[4, "index"] == 41 + 22 + 7
+    assert reads[2, "index"] == 20 + 11 + 3
+    assert reads[4, "latent"] <= 4 * 3 * text.index_topk
