@@ -12,7 +12,7 @@ A row is one `uint8` vector: codes first, then scales; `decode(encode(x))` is th
 fake-quantiser of `x`, computed the same way. The window and index-key rules (power-of-two
 scales) are idempotent, so the store may encode the rows the model already fake-quantised; the
 latent rule (E4M3 scales, coarse when subnormal) is not, so latents are encoded from the
-quantiser's input (`SlotAttention.quantize_entries` captures it).
+quantiser's input (`model.attention.NewEntries.rotated`, handed to `SlotState.commit`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sglang_ds41.formats import e2m1, e8m0
 from sglang_ds41.formats.fp8 import dequantize_fp8_rows
 from sglang_ds41.formats.kv_quant import (
     INDEX_BLOCK,
@@ -32,7 +33,6 @@ from sglang_ds41.formats.kv_quant import (
     quantize_latent_fp4,
     quantize_window_fp8,
 )
-from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -72,8 +72,16 @@ def _latent_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) 
     return dequantize_latent_fp4(codes, scales.view(torch.float8_e4m3fn), dtype=dtype)
 
 
+# byte -> the E2M1 values of its (low, high) nibbles: a packed row decodes with one gather
+_E2M1_PAIRS = torch.tensor([(e2m1.VALUES[b & 15], e2m1.VALUES[b >> 4]) for b in range(256)])
+
+
 def _index_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return dequantize_mxfp4(codes, scales, dtype=dtype)  # same bytes as MXFP4, another scale rule
+    """`dequantize_mxfp4` (same bytes as MXFP4, another scale rule), through the byte-pair table:
+    the indexer decodes every stored key each forward, so this is the hot decode."""
+    pairs = _E2M1_PAIRS.to(codes.device).index_select(0, codes.reshape(-1).long())
+    values = pairs.view(codes.shape[0], -1, INDEX_BLOCK)  # [N, dim / 32, 32] float32
+    return (values * e8m0.decode(scales).unsqueeze(-1)).view(codes.shape[0], -1).to(dtype)
 
 
 def window_codec(dim: int) -> RowCodec:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from sglang_ds41.backend.kv_codec import index_codec, latent_codec, window_codec
 from sglang_ds41.formats.kv_quant import fake_quant_index_fp4, fake_quant_latent_fp4, fake_quant_window_fp8
+from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
 
 CODECS = [
     (window_codec, fake_quant_window_fp8, 512, 528),
@@ -61,9 +62,23 @@ def test_window_and_index_rows_may_be_stored_after_fake_quantisation(
     assert torch.equal(c.decode(c.encode(computed), dtype), computed)
 
 
+def test_index_rows_decode_every_code_byte_and_scale_as_mxfp4_does():
+    """The index codec's table decode is `dequantize_mxfp4`, bit for bit: every code byte in
+    every position, every scale byte (NaN 255 included), in every compute dtype."""
+    codes = ((torch.arange(256)[:, None] + torch.arange(64)[None, :]) % 256).to(torch.uint8)  # [256, 64]
+    scales = torch.arange(256)[:, None].expand(-1, 4).to(torch.uint8).contiguous()  # row r: scale byte r
+    c = index_codec(128)
+    packed = torch.cat([codes, scales], dim=1)
+    for dtype in DTYPES:
+        want = dequantize_mxfp4(codes, scales, dtype=dtype)
+        got = c.decode(packed, dtype)
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
 def test_latent_rows_must_be_stored_from_the_quantiser_input():
     """E4M3 scales are coarse when subnormal: a small block's re-quantised values can change,
-    which is why `SlotAttention` hands the store the unquantised entries."""
+    which is why the store encodes the unquantised entries (`NewEntries.rotated`)."""
     x = torch.zeros(1, 16, dtype=torch.float64)
     x[0, :2] = torch.tensor([0.0193, 0.004])  # amax / 6 = 0.0032 -> E4M3 scale 2**-8
     once = fake_quant_latent_fp4(x)
