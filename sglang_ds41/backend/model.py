@@ -6,7 +6,7 @@ reference (`reference/model.py`): the math is `model/` and `engram/`, written on
 adds only SGLang's batching, KV slots and TP. Read it beside `reference.model.Block` /
 `Transformer`: `DeepseekV41DecoderLayer.forward` is `Block.forward` for the whole batch, its
 attention the reference layer's phases run once over all requests with the state in the slot
-store (`attention.batch_attention`).
+store (`attention.batch_attention`), its Engram the same `EngramLayer` with the TP sum.
 
 State (docs/SGLANG_CPU.md §6.1): everything per token lives in model-owned buffers indexed by
 SGLang's KV slot ids (`kv_state.SlotState`: token ids, window KV, compressed latents, index
@@ -47,9 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang_ds41.config import TextConfig, V41Config
-from sglang_ds41.engram.gate import EngramGate
 from sglang_ds41.engram.hashing import EngramHasher
-from sglang_ds41.engram.table import EngramTable
+from sglang_ds41.engram.layer import EngramLayer
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model import (
     Attention,
@@ -92,22 +91,6 @@ def compute_dtype() -> torch.dtype:
     return DTYPES[name]
 
 
-class DeepseekV41Engram(EngramGate):
-    """The Engram layer: this rank's table rows, summed over TP ranks, then the gate (§5.6).
-    Parameter names are `EngramGate`'s (`engram.wkv.weight`, `engram.q_weight`, `engram.k_weight`)."""
-
-    table: EngramTable | None = None  # attached by `weights.load_checkpoint`
-    tp: TensorParallel = SINGLE
-
-    def forward(self, residual: torch.Tensor, row_ids: torch.Tensor, is_image: torch.Tensor) -> torch.Tensor:
-        """R [T, hc, D], row ids [T, n_columns] -> R [T, hc, D]."""
-        rows = self.table.lookup(row_ids)  # [T, n_columns, head_dim] bf16, zero where not ours
-        if self.table.shard.num_rows != self.table.num_rows:
-            # exact: each row has one owner, the other ranks contribute zeros
-            rows = self.tp.all_reduce(rows.float()).to(rows.dtype)
-        return super().forward(residual, rows, is_image)
-
-
 class DeepseekV41DecoderLayer(nn.Module):
     """One backbone layer (`layers.L.*`), as `reference.model.Block`."""
 
@@ -116,11 +99,8 @@ class DeepseekV41DecoderLayer(nn.Module):
         super().__init__()
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.layer, self.tp = layer, tp
-        self.engram = (
-            DeepseekV41Engram.from_config(cfg, torch.float32) if layer in cfg.engram_layer_ids else None
-        )
-        if self.engram is not None:
-            self.engram.tp = tp
+        # this rank's table rows (attached by `weights.load_checkpoint`), summed over the ranks
+        self.engram = EngramLayer(cfg, layer, tp.sum_shards) if layer in cfg.engram_layer_ids else None
         self.hc_attn = HyperConnection(cfg)
         self.attn_norm = RMSNorm(d, eps)
         self.attn = Attention(local, layer)

@@ -111,6 +111,13 @@ class TensorParallel:
         dist.all_reduce(x)
         return x
 
+    def sum_shards(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows looked up in row-sharded tables, summed over the ranks (exact: each row has one
+        owner, the others add zeros), in float32 and back to the rows' dtype."""
+        if self.size == 1:
+            return rows
+        return self.all_reduce(rows.float()).to(rows.dtype)
+
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
         """Every rank's `x` concatenated along the last dim, in rank order."""
         if self.size == 1:

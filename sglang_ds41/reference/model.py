@@ -25,9 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang_ds41.config import TextConfig, V41Config
-from sglang_ds41.engram.gate import EngramGate
 from sglang_ds41.engram.hashing import EngramHasher
-from sglang_ds41.engram.table import EngramTable
+from sglang_ds41.engram.layer import EngramLayer
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model import (
     Attention,
@@ -53,8 +52,8 @@ class Block(nn.Module):
         super().__init__()
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.layer = layer
-        self.engram = EngramGate.from_config(cfg, torch.float32) if layer in cfg.engram_layer_ids else None
-        self.engram_table: EngramTable | None = None  # quantised rows, attached by the loader
+        # its table (quantised rows, one rank holds them all) is attached by the loader
+        self.engram = EngramLayer(cfg, layer) if layer in cfg.engram_layer_ids else None
         self.hc_attn = HyperConnection(cfg)  # checkpoint: hc_attn_{fn,base,scale}
         self.attn_norm = RMSNorm(d, eps)
         self.attn = Attention(cfg, layer)
@@ -76,10 +75,7 @@ class Block(nn.Module):
 
         `engram_ids [T, n_columns]`: this layer's table rows per token (Engram layers only)."""
         if self.engram is not None:
-            if self.engram_table is None:
-                raise Ds41Error(f"layer {self.layer}: Engram table not loaded")
-            rows = self.engram_table.lookup(engram_ids)  # [T, n_columns, engram_head_dim] bf16
-            r = self.engram(r, rows, is_image)  # rewrites R, keeps pre (§5.6)
+            r = self.engram(r, engram_ids, is_image)  # rewrites R, keeps pre (§5.6)
         coeffs = self.hc_attn(r)  # from the stream entering the site
         y, state = self.attn(self.attn_norm(collapse(r, pre)), positions, state, published)
         r = expand(r, y, coeffs.post, coeffs.comb)

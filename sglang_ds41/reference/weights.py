@@ -124,9 +124,8 @@ def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | No
     text = config.text
     for layer in text.engram_layer_ids:
         prefix = f"layers.{layer}.engram"
-        model.layers[layer].engram_table = EngramTable.from_safetensors(
-            ckpt.root, prefix, pin=False, head_dim=text.engram_head_dim
-        )
-        used.update(model.layers[layer].engram_table.tensor_names)
+        table = EngramTable.from_safetensors(ckpt.root, prefix, pin=False, head_dim=text.engram_head_dim)
+        model.layers[layer].engram.table = table
+        used.update(table.tensor_names)
     require_all_used(ckpt, used, "the reference model")
     return model.requires_grad_(False).eval()

@@ -230,9 +230,9 @@ def test_reference_logits_on_the_converted_checkpoints_stay_within_the_bound(
     roots = (tiny_dir(), converted(), converted("base", "nvfp4"), tiny_dir())
     source, mx, nv, ablated = (load(root) for root in roots)
     for block in ablated.layers:
-        if block.engram_table is not None:
-            real = block.engram_table.lookup
-            block.engram_table.lookup = lambda ids, real=real: torch.zeros_like(real(ids))
+        if block.engram is not None:
+            real = block.engram.table.lookup
+            block.engram.table.lookup = lambda ids, real=real: torch.zeros_like(real(ids))
     ids = torch.randint(3, 128000, (48,), generator=torch.Generator().manual_seed(5))
     ids[0] = 0
     logits = [m(ids, m.new_state(), None) for m in (source, mx, nv, ablated)]

@@ -52,7 +52,7 @@ def random_tiny_model(seed: int = 0, dtype: torch.dtype = torch.float64, engram:
             values, scales = quantize_fp8_rows(rows)
             if engram == "mxfp4":
                 values, scales = fp8_rows_to_mxfp4(values, scales)
-            model.layers[layer].engram_table = EngramTable.from_tensors(
+            model.layers[layer].engram.table = EngramTable.from_tensors(
                 values, scales, name=f"layers.{layer}.engram.embed", pin=False, head_dim=t.engram_head_dim
             )
     return model.requires_grad_(False).to(dtype)

@@ -104,8 +104,8 @@ def test_mxfp4_engram_tables_differ_from_fp8_only_in_the_tables(load):
     pf, pm = _params(fp8), _params(mx)
     assert all(torch.equal(pf[n], pm[n]) for n in pf)
     rows = torch.arange(434)
-    ef = fp8.layers[1].engram_table.lookup(rows).double()
-    em = mx.layers[1].engram_table.lookup(rows).double()
+    ef = fp8.layers[1].engram.table.lookup(rows).double()
+    em = mx.layers[1].engram.table.lookup(rows).double()
     table_err = float(
         (
             (ef - em).abs().unflatten(-1, (-1, 32)) / ef.abs().unflatten(-1, (-1, 32)).amax(-1, keepdim=True)
@@ -116,7 +116,7 @@ def test_mxfp4_engram_tables_differ_from_fp8_only_in_the_tables(load):
     lm = feed(mx, ids, image, [48])
     assert torch.isfinite(lm).all()
     for layer in (1, 2):
-        fp8.layers[layer].engram_table = mx.layers[layer].engram_table
+        fp8.layers[layer].engram.table = mx.layers[layer].engram.table
     assert rel_diff(feed(fp8, ids, image, [48]), lm) < 1e-12  # the whole difference is the tables
 
 
@@ -137,8 +137,8 @@ def test_mxfp4_engram_logits_move_no_more_than_noise_of_the_same_size(load):
     def logits_with(rows) -> torch.Tensor:
         model = load()
         for layer in (1, 2):
-            pair = fp8.layers[layer].engram_table, mx.layers[layer].engram_table
-            model.layers[layer].engram_table = _Rows(*pair, rows)
+            pair = fp8.layers[layer].engram.table, mx.layers[layer].engram.table
+            model.layers[layer].engram.table = _Rows(*pair, rows)
         return feed(model, ids, image, [48])
 
     def noise(seed: int):
