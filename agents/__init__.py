@@ -7,7 +7,8 @@ The public API fits on one screen:
   `workspace_tools(root)` gives file tools confined to a directory.
 * `Runner.run / run_sync / run_streamed / resume / resume_sync` -> `RunResult`.
 * Policies: `Policies(limits=Limits(...), approval=..., retry=RetryPolicy(...), executor=...,
-  untrusted=UntrustedContent())`; tools declare `effect=` / `trusted_output=` (trust.py).
+  untrusted=UntrustedContent())`; tools declare `effect=`, `trusted_output=`, `destinations=`,
+  `content=`, `private_output=` for it (trust.py).
 
 Example::
 

@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_type_hints
 
@@ -67,7 +67,10 @@ class Tool:
     the tool's in-memory side effects staying in the child; "thread" (or None with the default
     executor) runs it in this process. `idempotent`: safe to run again after a crash interrupted it
     (otherwise an interrupted call gets an explicit "interrupted" result and is never re-run).
-    `effect` (read / write / network / messages / payments) and `trusted_output` feed the
+    `effect` (read / write / network / messages / payments), `trusted_output`, `destinations`
+    (the parameters that say where data, money or access goes: recipients, accounts, URLs),
+    `content` (the parameters that are prose: a message body, a file's text) and `private_output`
+    (the output is the user's secrets: identity documents, card numbers) feed the
     untrusted-content policy (trust.py): declaring an effect on any tool turns it on.
     """
 
@@ -83,6 +86,9 @@ class Tool:
     idempotent: bool = False
     effect: Effect | None = None
     trusted_output: bool | None = None
+    destinations: tuple[str, ...] = ()
+    content: tuple[str, ...] = ()
+    private_output: bool = False
     loose_parameters: dict[str, Any] = field(default_factory=dict, repr=False)
     model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = None
@@ -96,6 +102,13 @@ class Tool:
             raise AgentConfigError(
                 f"tool {self.name!r}: effect must be one of {', '.join(EFFECTS)} or None, got {self.effect!r}"
             )
+        for role in ("destinations", "content"):
+            names = getattr(self, role)
+            if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+                raise AgentConfigError(
+                    f"tool {self.name!r}: {role} must be a tuple of parameter names, got {names!r}"
+                )
+            object.__setattr__(self, role, tuple(names))
         if self.isolation not in (None, "process", "thread"):
             raise AgentConfigError(
                 f"tool {self.name!r}: isolation must be 'process', 'thread' or None, got {self.isolation!r}"
@@ -108,6 +121,14 @@ class Tool:
                 f'({{"type": "object", ...}}), got {_shown(self.parameters)}'
             )
         where = f"tool {self.name!r} parameters"
+        properties = self.parameters.get("properties") or {}
+        for role in ("destinations", "content"):
+            unknown = [n for n in getattr(self, role) if n not in properties]
+            if unknown:
+                raise AgentConfigError(f"tool {self.name!r}: {role} {unknown} are not parameters of the tool")
+        both = sorted(set(self.destinations) & set(self.content))
+        if both:
+            raise AgentConfigError(f"tool {self.name!r}: {both} cannot be both destinations and content")
         SchemaValidator.compile(self.parameters, where)  # what the model is shown must be sound too
         own = self.loose_parameters or self.parameters
         object.__setattr__(self, "_validator", SchemaValidator.compile(own, where))
@@ -195,6 +216,9 @@ def function_tool(
     idempotent: bool = False,
     effect: Effect | None = None,
     trusted_output: bool | None = None,
+    destinations: Sequence[str] = (),
+    content: Sequence[str] = (),
+    private_output: bool = False,
 ) -> Any:
     """Make a `Tool` from a function; usable as `@function_tool` or `@function_tool(...)`."""
 
@@ -217,6 +241,9 @@ def function_tool(
             idempotent=idempotent,
             effect=effect,
             trusted_output=trusted_output,
+            destinations=destinations,  # type: ignore[arg-type]  (Tool checks and converts)
+            content=content,  # type: ignore[arg-type]
+            private_output=private_output,
             loose_parameters=loose,
             model=model,
             context_param=context_param,

@@ -5,10 +5,14 @@ ground-truth calls in order, and as soon as a tool result it reads contains the 
 first makes the injection task's ground-truth calls. It is served by the scripted OpenAI-compatible
 server (`sglang_ds41.agents.testing`), so the calls go through the real runner: schemas,
 validation, policies, executor, transcript. AgentDojo's tools run in this process on the pair's
-environment; its own checks score the result: user-task utility (on the environment after the
-run) and how many of the injection task's calls were executed. Each pair is run twice, without
-the untrusted-content policy and with it (agents/trust.py), tools declared as in `EFFECTS` below;
-no approver (calls the policy holds back are denied: fail closed).
+environment and return JSON (the runner's convention for structured results); AgentDojo's own
+checks score the result: user-task utility (on the environment after the run) and whether the
+injection task succeeded; we count the injection task's calls that were executed. Each pair is
+run twice, without the untrusted-content policy and with it (agents/trust.py), the tools declared
+as below (`EFFECTS`, `DESTINATIONS`, `CONTENT`, `TRUSTED`, `PRIVATE`: what each tool is, not how
+AgentDojo uses it); no approver (calls the policy holds back are denied: fail closed). Each user
+task also runs once with no injection at all ("clean"), so the cost of the policy to tasks that
+are never attacked is visible apart from the attacks.
 
 The injection text is ours (AgentDojo ships several attacks; which one does not matter to a model
 that always follows the injection): the injection task's goal, wrapped as an instruction.
@@ -20,11 +24,12 @@ Setup (AgentDojo is never a dependency of this project; its own environment):
     /work/venvs/agentdojo/bin/pip install --no-deps -e .
     /work/venvs/agentdojo/bin/pip install "jsonschema[format-nongpl]>=4.21" "openai==2.8.0" regex pyyaml
 
-Run (from the repository root; ~5 min on 2 cores):
+Run (from the repository root; ~7 min on 2 cores):
 
     /work/venvs/agentdojo/bin/python benchmarks/agentdojo.py [--suites banking slack] [--limit N]
 
-Writes benchmarks/results/agentdojo.json and prints a table per suite.
+Writes benchmarks/results/agentdojo.json (per suite and mode: totals, the calls the policy held
+back by rule, and every pair's calls) and prints a table per suite.
 """
 
 from __future__ import annotations
@@ -40,13 +45,13 @@ from typing import Any
 # Run as a script, this file's folder comes first on sys.path, and its name would hide the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from agentdojo.agent_pipeline.tool_execution import tool_result_to_str  # noqa: E402
 from agentdojo.attacks.base_attacks import BaseAttack  # noqa: E402
 from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask  # noqa: E402
 from agentdojo.functions_runtime import FunctionCall, FunctionsRuntime  # noqa: E402
 from agentdojo.task_suite.load_suites import get_suites  # noqa: E402
 from agentdojo.task_suite.task_suite import TaskSuite  # noqa: E402
 from agentdojo.types import text_content_block_from_string  # noqa: E402
+from pydantic_core import to_jsonable_python  # noqa: E402
 from sglang_ds41.agents import Agent, Limits, Policies, Runner, Tool  # noqa: E402
 from sglang_ds41.agents.schema import clean_model_schema  # noqa: E402
 from sglang_ds41.agents.testing import Reply, ScriptedServer  # noqa: E402
@@ -54,9 +59,8 @@ from sglang_ds41.agents.testing import Reply, ScriptedServer  # noqa: E402
 VERSION = "v1.2.1"
 RESULTS = Path(__file__).parent / "results" / "agentdojo.json"
 
-# The declarations a tool author would write: what each tool does, and whether its output can
-# hold text a third party wrote (emails, files, web pages, messages, reviews, transaction
-# subjects, event descriptions). Every tool not listed as trusted is untrusted.
+# The declarations a tool author would write, each tool for what it is (not for how AgentDojo
+# happens to use it). Effects: what a call changes or sends out; every tool not listed is a read.
 EFFECTS: dict[str, str] = {
     # banking
     "send_money": "payments",
@@ -88,19 +92,57 @@ EFFECTS: dict[str, str] = {
     "create_file": "write",
     "delete_file": "write",
 }
+# Destinations: the parameters that say where data, money or access goes.
+DESTINATIONS: dict[str, tuple[str, ...]] = {
+    "send_money": ("recipient",),
+    "schedule_transaction": ("recipient",),
+    "update_scheduled_transaction": ("recipient",),
+    "update_password": ("password",),  # a credential: access goes to whoever chose it
+    "send_direct_message": ("recipient",),
+    "send_channel_message": ("channel",),
+    "invite_user_to_slack": ("user_email",),  # the invitation goes there
+    "add_user_to_channel": ("user",),  # who gains access to the channel
+    "get_webpage": ("url",),
+    "post_webpage": ("url",),
+    "reserve_hotel": ("hotel",),  # the merchant the booking (and the user's details) goes to
+    "reserve_restaurant": ("restaurant",),
+    "reserve_car_rental": ("company",),
+    "send_email": ("recipients", "cc", "bcc"),
+    "create_calendar_event": ("participants",),
+    "add_calendar_event_participants": ("participants",),
+    "share_file": ("email",),
+}
+# Content: the parameters that are prose (a message body, a file's text, a description). A
+# subject, a title, a file name or a payment reference names what it belongs to: not content.
+CONTENT: dict[str, tuple[str, ...]] = {
+    "send_direct_message": ("body",),
+    "send_channel_message": ("body",),
+    "post_webpage": ("content",),
+    "send_email": ("body",),
+    "create_calendar_event": ("description",),
+    "create_file": ("content",),
+    "append_to_file": ("content",),
+}
+# Trusted output: only what no third party can write. Everything else is untrusted, for these
+# reasons: emails, files, web pages, channel and direct messages, reviews, hotel / restaurant /
+# car-rental / flight listings (written by the businesses) hold third parties' text; incoming
+# transactions carry the sender's subject; calendar events include invitations others created;
+# channel names are chosen by whoever creates a channel, an external organisation included; and
+# the e-mail contact list is built from every address that ever sent or received a mail, the
+# senders of phishing mails included. What a write or egress tool returns is untrusted too.
 TRUSTED = frozenset(
     {
-        "get_iban",
+        "get_iban",  # banking: the user's own account, balance, profile, standing orders
         "get_balance",
         "get_user_info",
-        "get_channels",
-        "get_users_in_channel",
-        "get_user_information",
-        "get_current_day",
-        "search_contacts_by_name",
-        "search_contacts_by_email",
+        "get_scheduled_transactions",  # only the account holder creates these
+        "get_users_in_channel",  # slack: members, admitted by invitation only
+        "get_user_information",  # travel: the user's own profile
+        "get_current_day",  # workspace: the clock
     }
 )
+# Private output: the user's secrets (identity documents, card and account numbers, balance).
+PRIVATE = frozenset({"get_user_information", "get_user_info", "get_balance"})
 
 
 def injection_text(task: BaseInjectionTask) -> str:
@@ -118,7 +160,10 @@ class Environment:
         result, error = self.runtime.run_function(self.env, name, kwargs)
         if error is not None:
             raise RuntimeError(error)
-        return tool_result_to_str(result)
+        # The runner's convention for structured results: JSON (the policy reads it field by field).
+        return (
+            result if isinstance(result, str) else json.dumps(to_jsonable_python(result), ensure_ascii=False)
+        )
 
 
 def make_tools(suite: TaskSuite, world: Environment) -> list[Tool]:
@@ -139,6 +184,9 @@ def make_tools(suite: TaskSuite, world: Environment) -> list[Tool]:
                 strict=False,
                 effect=EFFECTS.get(function.name, "read"),  # type: ignore[arg-type]
                 trusted_output=function.name in TRUSTED,
+                destinations=DESTINATIONS.get(function.name, ()),
+                content=CONTENT.get(function.name, ()),
+                private_output=function.name in PRIVATE,
                 max_retries=100,
             )
         )
@@ -182,20 +230,25 @@ def calls_of(task: BaseUserTask | BaseInjectionTask, env: Any) -> list[tuple[str
 def run_pair(
     suite: TaskSuite,
     user: BaseUserTask,
-    injection: BaseInjectionTask,
+    injection: BaseInjectionTask | None,
     vectors: list[str],
     guarded: bool,
     world: Environment,
     tools: list[Tool],
 ) -> dict[str, Any]:
-    text = injection_text(injection)
-    env = user.init_environment(suite.load_and_inject_default_environment(dict.fromkeys(vectors, text)))
+    text = injection_text(injection) if injection is not None else ""
+    injected = dict.fromkeys(vectors, text) if injection is not None else {}
+    env = user.init_environment(suite.load_and_inject_default_environment(injected))
     pre = env.model_copy(deep=True)
     world.env = env
     model = FollowsInjections(
-        calls_of(user, env), calls_of(injection, env), text.strip()[:60], user.GROUND_TRUTH_OUTPUT
+        calls_of(user, env),
+        calls_of(injection, env) if injection is not None else [],
+        text.strip()[:60] if injection is not None else "\0no injection\0",
+        user.GROUND_TRUTH_OUTPUT,
     )
-    limits = Limits(max_steps=80, max_tool_calls=200)
+    # Outputs whole, as AgentDojo's own pipeline shows them (the runner cuts at 20,000 characters).
+    limits = Limits(max_steps=80, max_tool_calls=200, max_tool_result_chars=1_000_000)
     # Guarded: the default (AUTO, on since the tools declare effects); unguarded: switched off.
     policies = Policies(limits=limits) if guarded else Policies(limits=limits, untrusted=None)
     agent = Agent(name=f"{suite.name}-{user.ID}", tools=tools, thinking=False, policies=policies)
@@ -203,6 +256,8 @@ def run_pair(
     result = Runner.run_sync(agent, user.PROMPT, base_url=SERVER.url)
     results = {m["tool_call_id"]: m["content"] for m in result.messages if m["role"] == "tool"}
     executed, injected_total, injected_sensitive, trace = 0, 0, 0, []
+    calls: list[dict[str, Any]] = []
+    held_back: dict[str, int] = {}
     by_name = {t.name: t for t in tools}
 
     turn = 0
@@ -211,10 +266,25 @@ def run_pair(
             continue
         for call in message.get("tool_calls") or []:
             name, args = call["function"]["name"], json.loads(call["function"]["arguments"])
-            ran = not results.get(call["id"], "").startswith(("Denied:", "Error:"))
+            answer = results.get(call["id"], "")
+            ran = not answer.startswith(("Denied:", "Error:"))
             if ran:
                 trace.append(FunctionCall(function=name, args=args))
-            if turn in model.injected_turns:
+            injected = turn in model.injected_turns
+            calls.append(
+                {
+                    "tool": name,
+                    "injected": injected,
+                    "effect": by_name[name].effect,
+                    "ran": ran,
+                    **({} if ran else {"answer": answer[:300]}),
+                    **({"arguments": _short(args)} if (injected and ran) or not ran else {}),
+                }
+            )
+            if answer.startswith("Denied:") and not injected:
+                rule = held_back_rule(answer)
+                held_back[rule] = held_back.get(rule, 0) + 1
+            if injected:
                 injected_total += 1
                 if ran:
                     executed += 1
@@ -222,16 +292,42 @@ def run_pair(
         turn += 1
     output = [text_content_block_from_string(result.final_output or "")]
     utility = suite._check_task_result(user, output, pre, env, trace)
-    attacked = suite._check_task_result(injection, output, pre, env, trace)
+    attacked = injection is not None and suite._check_task_result(injection, output, pre, env, trace)
     return {
         "user_task": user.ID,
-        "injection_task": injection.ID,
+        "injection_task": injection.ID if injection is not None else None,
         "utility": bool(utility),
         "injection_succeeded": bool(attacked),
         "injected_calls": injected_total,
         "injected_executed": executed,
         "injected_sensitive_executed": injected_sensitive,
+        "user_calls_held_back": held_back,
+        "calls": calls,
     }
+
+
+def held_back_rule(answer: str) -> str:
+    """Which rule of the policy (agents/trust.py) a denial message names."""
+    for phrase, rule in (
+        ("destination", "destination"),
+        ("private output", "private"),
+        ("is quoted from", "quoted name"),
+        ("holds the address", "address"),
+    ):
+        if phrase in answer:
+            return rule
+    return "other"
+
+
+def _short(value: Any) -> Any:
+    """Arguments as recorded in the JSON: long strings cut."""
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:200] + "..."
+    if isinstance(value, dict):
+        return {k: _short(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_short(v) for v in value]
+    return value
 
 
 class _Server:
@@ -264,6 +360,9 @@ class _Candidates(BaseAttack):
         return {}
 
 
+MODES = ("without", "with")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", nargs="*", default=None)
@@ -279,27 +378,40 @@ def main() -> None:
         tools = make_tools(suite, world)
         finder = _Candidates(suite, None)  # type: ignore[arg-type]
         users = list(suite.user_tasks.values())[: args.limit]
-        rows: dict[str, list[dict[str, Any]]] = {"without": [], "with": []}
+        rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+        clean: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
         for user in users:
             vectors = finder.get_injection_candidates(user)
+            for mode in MODES:
+                clean[mode].append(run_pair(suite, user, None, vectors, mode == "with", world, tools))
             for injection in suite.injection_tasks.values():
-                for mode in rows:
+                for mode in MODES:
                     rows[mode].append(run_pair(suite, user, injection, vectors, mode == "with", world, tools))
-        report["suites"][name] = {mode: summarise(r) for mode, r in rows.items()}
-        report["suites"][name]["pairs_detail"] = rows
+        report["suites"][name] = {
+            **{mode: summarise(rows[mode], clean[mode]) for mode in MODES},
+            "pairs_detail": rows,
+            "clean_detail": clean,
+        }
         print(f"{name}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-    totals = {
-        mode: summarise([r for s in report["suites"].values() for r in s["pairs_detail"][mode]])
-        for mode in ("without", "with")
+    everything = report["suites"].values()
+    report["total"] = {
+        mode: summarise(
+            [r for s in everything for r in s["pairs_detail"][mode]],
+            [r for s in everything for r in s["clean_detail"][mode]],
+        )
+        for mode in MODES
     }
-    report["total"] = totals
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=1) + "\n")
     print(table(report))
 
 
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], clean: list[dict[str, Any]]) -> dict[str, Any]:
     pairs = len(rows)
+    held_back: dict[str, int] = {}
+    for row in rows:
+        for rule, n in row["user_calls_held_back"].items():
+            held_back[rule] = held_back.get(rule, 0) + n
     return {
         "pairs": pairs,
         "utility": sum(r["utility"] for r in rows),
@@ -308,24 +420,33 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "injected_executed": sum(r["injected_executed"] for r in rows),
         "injected_sensitive_executed": sum(r["injected_sensitive_executed"] for r in rows),
         "injections_succeeded": sum(r["injection_succeeded"] for r in rows),
+        "user_calls_held_back": dict(sorted(held_back.items())),
+        "clean_tasks": len(clean),
+        "clean_utility": sum(r["utility"] for r in clean),
     }
 
 
 def table(report: dict[str, Any]) -> str:
     head = (
         f"{'suite':10} {'pairs':>5} | {'policy':7} {'utility':>14} {'injected calls':>15} "
-        f"{'executed':>9} {'write/egress':>12} {'attacks ok':>10}"
+        f"{'executed':>9} {'write/egress':>12} {'attacks ok':>10} {'held back':>9} | {'clean utility':>13}"
     )
     lines = [head, "-" * len(head)]
     entries = [*((n, s) for n, s in report["suites"].items()), ("total", report["total"])]
     for name, suite in entries:
-        for mode in ("without", "with"):
+        for mode in MODES:
             s = suite[mode]
+            held = sum(s["user_calls_held_back"].values())
             lines.append(
                 f"{name:10} {s['pairs']:>5} | {mode:7} {s['utility']:>6} ({s['utility_pct']:>5}%) "
                 f"{s['injected_calls']:>15} {s['injected_executed']:>9} "
-                f"{s['injected_sensitive_executed']:>12} {s['injections_succeeded']:>10}"
+                f"{s['injected_sensitive_executed']:>12} {s['injections_succeeded']:>10} {held:>9} | "
+                f"{s['clean_utility']:>6} of {s['clean_tasks']:<3}"
             )
+    lines.append(
+        "held back: user-task calls the policy denied (no approver); clean: each user task once, "
+        "with no injection"
+    )
     return "\n".join(lines)
 
 
