@@ -25,7 +25,10 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$TMPD"' EXIT
 serve_bg() {  # `CMD &` of the README, then wait for the server's "ready" line
-  "$@" >"$TMPD/serve.out" 2>&1 &
+  local program=$1
+  shift
+  # the program itself, not the shell function: $! must be serve's own PID for stop_server
+  "$VENV/bin/$program" "$@" >"$TMPD/serve.out" 2>&1 &
   SERVER=$!
   until grep -q "ready after" "$TMPD/serve.out"; do
     kill -0 "$SERVER" 2>/dev/null || { cat "$TMPD/serve.out"; exit 1; }

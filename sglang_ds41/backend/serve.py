@@ -33,6 +33,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -242,6 +243,21 @@ def validate_checkpoint(model_dir: str | Path) -> str:
         return f"{manifest.variant} release, {manifest.engram_format} Engram tables, {len(manifest)} tensors"
     finally:
         ckpt.close()
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on: SGLang would fail to bind it only after loading
+    the model, and meanwhile the server already there would answer the readiness checks."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            raise Ds41Error(
+                f"{host}:{port} is in use ({error.strerror}): another server is listening there; "
+                "stop it or pick another --port"
+            ) from None
 
 
 def omp_bind(ranks: int, cpus: Sequence[int]) -> str:

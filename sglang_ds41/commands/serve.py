@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"# checkpoint: {model_dir} ({what})\n{serve.describe(launch)}")
         return 0
+    serve.check_port_free(launch.host, launch.port)
     log = None if args.verbose else Path(args.log_file or serve.default_log_path(launch.port))
     serving = f"{model_dir}: {what}; {serve.engine_name(launch)}"
     return serve.serve(launch, ready_timeout_s=args.ready_timeout, log_path=log, serving=serving)

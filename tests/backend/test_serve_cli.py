@@ -229,3 +229,15 @@ def test_the_serve_process_never_imports_torch(ckpt):
     ).stdout.splitlines()
     assert out[0].startswith("base release") and out[1] == "[]"
     assert int(out[2]) < 150, f"peak RSS {out[2]} MB"  # ~50 MB
+
+
+def test_a_port_in_use_is_refused_before_anything_starts(ckpt, capsys, launched):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["serve", str(ckpt), "--port", str(port)]) == 2
+    assert f"127.0.0.1:{port} is in use" in capsys.readouterr().err and launched == []
+    assert cli.main(["serve", str(ckpt), "--port", str(port)]) == 0  # free again
