@@ -4,6 +4,7 @@
         [--decode 16] [--repeats 2] [--batch 8] [--batch-prompt 128] [--batch-output 8]
         [--sglang-args "..."] [--server-log PATH]
         [--scaling | --scaling-only] [--contexts 512,4096,16384,65536] [--batches 1,8,32]
+        [--baseline REV]
 
 Starts `sglang-ds41 serve` on `tiny_checkpoint()` (127.0.0.1, a free port, the server's
 compute bound to the first --threads cores) and measures, through `/generate` with token ids
@@ -32,7 +33,9 @@ and what SGLang's pools allocate for it (they are given our rows as their geomet
 With --scaling (or --scaling-only, which skips everything above), a second server measures
 how the decode step grows with the context and the batch and what a long prefill costs in
 memory (`serve_scaling.py`: contexts 512 .. 64k, batches 1, 8, 32, on a benchmark-only variant
-of the tiny checkpoint with 131,072 positions).
+of the tiny checkpoint with 131,072 positions). --baseline REV first measures the same with the
+server of git revision REV (its sglang_ds41 from `git archive REV`), for before / after in one
+run.
 
 Writes `benchmarks/results/serve.json` and prints a short markdown table.
 """
@@ -223,6 +226,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="concurrent requests of the decode-vs-batch runs")  # fmt: skip
     parser.add_argument("--scaling-decode", type=int, default=24, help="tokens per scaling request")
     parser.add_argument("--scaling-prompt", type=int, default=512, help="prompt of the batch runs")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="--scaling first for the server of git revision REV (before/after)")  # fmt: skip
     args = parser.parse_args(argv)
     if not 1 <= args.batch <= 64:
         parser.error(f"--batch must be in 1..64, got {args.batch}")
@@ -246,9 +251,12 @@ def server_setup(args: argparse.Namespace) -> tuple[list[str], dict[str, str], l
     return sglang_args, env, cpus
 
 
-def measure_scaling(args: argparse.Namespace) -> dict:
-    """Decode step vs context and batch, prefill memory vs context (`serve_scaling.py`)."""
+def measure_scaling(args: argparse.Namespace, code: Path | None = None) -> dict:
+    """Decode step vs context and batch, prefill memory vs context (`serve_scaling.py`); with
+    `code`, the server imports sglang_ds41 from that source tree (a --baseline revision)."""
     sglang_args, env, cpus = server_setup(args)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH")) if p)
     model_dir = serve_scaling.long_context_checkpoint(tiny_checkpoint())
     tokens = max(max(args.contexts) + args.scaling_decode, max(args.batches) * (args.scaling_prompt + 64))
     flags = ["--max-total-tokens", str(tokens + 4096), "--chunked-prefill-size", "4096"]
@@ -404,36 +412,61 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def scaling_table(result: dict) -> str:
-    s = result["scaling"]
+def scaling_table(result: dict, key: str = "scaling") -> str:
+    s = result[key]
+    code = f"revision {s['revision']}" if "revision" in s else "this tree"
     lines = [
-        f"scaling: {s['model']}, {result['dtype']}, {s['threads']} thread(s), "
+        f"scaling ({code}): {s['model']}, {result['dtype']}, {s['threads']} thread(s), "
         f"{s['decode_tokens_per_request']} new tokens per request",
         "",
         "| context tokens | decode step ms | vs shortest | prefill tok/s | prefill RSS growth MiB "
-        "| state of the prompt MiB |",
-        "|---|---|---|---|---|---|",
+        "| state of the prompt MiB | load avg |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in s["by_context"]:
         lines.append(
             f"| {row['context_tokens']} | {row['decode_step_ms']:.1f} | {row['decode_step_vs_shortest']:.2f} "
             f"| {row['prefill_tokens_per_s']:.0f} | {row['prefill_rss_growth_mib']:.0f} "
-            f"| {row['state_of_the_prompt_mib']:.1f} |"
+            f"| {row['state_of_the_prompt_mib']:.1f} | {row['load_average_1m']:.1f} |"
         )
-    lines += ["", "| batch | decode step ms | decode tokens/s | vs batch 1 |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| batch | decode step ms | decode tokens/s | vs batch 1 | load avg |",
+        "|---|---|---|---|---|",
+    ]
     for row in s["by_batch"]:
         ratio = row["tokens_per_s_vs_batch_1"]
         lines.append(
             f"| {row['batch']} | {row['decode_step_ms']:.1f} | {row['decode_tokens_per_s']:.1f} "
-            f"| {'' if ratio is None else f'{ratio:.2f}'} |"
+            f"| {'' if ratio is None else f'{ratio:.2f}'} | {row['load_average_1m']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def source_tree(rev: str, into: Path) -> Path:
+    """`git archive` of revision `rev` of this repository, unpacked under `into`."""
+    import subprocess
+
+    tree = into / "baseline"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=False)
+    if archive.returncode:
+        raise Ds41Error(f"--baseline {rev}: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def measure_baseline(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
+        return {"revision": args.baseline, **measure_scaling(args, source_tree(args.baseline, Path(tmp)))}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         result = {"dtype": args.dtype} if args.scaling_only else measure(args)
+        if args.baseline and (args.scaling or args.scaling_only):
+            result["scaling_baseline"] = measure_baseline(args)
         if args.scaling or args.scaling_only:
             result["scaling"] = measure_scaling(args)
     except Ds41Error as error:
@@ -443,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     if not args.scaling_only:
         print(table(result))
+    if "scaling_baseline" in result:
+        print(scaling_table(result, "scaling_baseline"))
     if "scaling" in result:
         print(scaling_table(result))
     print(f"wrote {args.output}")

@@ -11,6 +11,10 @@ Measured on one server of the tiny model with a longer context (`long_context_ch
   prompt each; once every request has its first token, the step is the wall time of the decode
   steps all of them run together, and tokens/s = B / step.
 
+Times are wall-clock, so other work on the cores shows in them: each row carries the 1-minute
+load average when it ended. (CPU time would not help: SGLang's scheduler polls at 100% of a
+core when idle.)
+
 The served tiny checkpoint has 8,192 positions (tests use it as it is). This benchmark writes a
 variant beside it that differs only in `max_position_embeddings` (131,072): the same tensors
 (linked), so the same model; its RoPE / YaRN numbers do not depend on that field.
@@ -19,6 +23,7 @@ variant beside it that differs only in `max_position_embeddings` (131,072): the 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -71,11 +76,7 @@ class Stream:
 
     def step_s(self) -> float:
         """Median seconds per decode token after the first token."""
-        gaps = [
-            (t1 - t0) / (n1 - n0)
-            for (t0, n0), (t1, n1) in zip(self.arrivals, self.arrivals[1:], strict=False)
-            if n1 > n0
-        ]
+        gaps = [(t1 - t0) / (n1 - n0) for (t0, n0), (t1, n1) in itertools.pairwise(self.arrivals) if n1 > n0]
         if not gaps:
             raise Ds41Error("the stream carried fewer than two tokens")
         return statistics.median(gaps)
@@ -105,7 +106,7 @@ def stream_generate(url: str, ids: list[int], steps: int, timeout_s: float) -> S
 
 
 class TreeRss:
-    """Summed RSS of a process tree: now, and the peak while a `during()` block runs."""
+    """Samples the summed RSS of a process tree while a `during()` block runs."""
 
     def __init__(self, pid: int, every_s: float = 0.05) -> None:
         self.pid, self.every_s = pid, every_s
@@ -127,9 +128,8 @@ class TreeRss:
         before, peak, done = self.now(), [0], threading.Event()
 
         def sample() -> None:
-            while not done.is_set():
+            while not done.wait(self.every_s):
                 peak[0] = max(peak[0], self.now())
-                done.wait(self.every_s)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -138,7 +138,7 @@ class TreeRss:
         finally:
             done.set()
             sampler.join()
-        return result, before, max(peak[0], self.now())
+        return result, before, max(peak[0], before, self.now())
 
 
 def by_context(
@@ -158,6 +158,7 @@ def by_context(
                 "prefill_peak_rss_gib": peak / 2**30,
                 "prefill_rss_growth_mib": (peak - before) / 2**20,
                 "state_of_the_prompt_mib": n * state_bytes_per_token / 2**20,
+                "load_average_1m": os.getloadavg()[0],
             }
         )
         print(f"  context {n}: {rows[-1]}", flush=True)
@@ -176,16 +177,18 @@ def by_batch(
         # the decode steps every request runs together: from the last first token to the first end
         start = max(s.arrivals[0][0] for s in streams)
         end = min(s.arrivals[-1][0] for s in streams)
-        tokens = [_tokens_between(s, start, end) for s in streams]
-        shared = statistics.median(tokens)
-        step = (end - start) / shared if shared > 0 else statistics.median(s.step_s() for s in streams)
+        shared = statistics.median(_tokens_between(s, start, end) for s in streams)
+        if shared < 2:
+            raise Ds41Error(f"batch {b}: its requests decoded together for {shared} steps only")
+        step = (end - start) / shared
         rows.append(
             {
                 "batch": b,
                 "prompt_tokens": prompt,
+                "decode_steps_together": shared,
                 "decode_step_ms": 1e3 * step,
                 "decode_tokens_per_s": b / step,
-                "median_request_step_ms": 1e3 * statistics.median(s.step_s() for s in streams),
+                "load_average_1m": os.getloadavg()[0],
             }
         )
         print(f"  batch {b}: {rows[-1]}", flush=True)
