@@ -42,8 +42,9 @@ from .roles import LayerRole, consumes_candidates, index_source, kv_source, laye
 from .rope import RotaryEmbedding
 from .selection import Candidates, select_rows
 
-# Bounds of one indexer score block: about this many query rows, and rows x heads x entries
-# floats (16 MiB in fp32); the column block is what fits, a multiple of the candidate block.
+# Bounds of one indexer block: about ROW_BLOCK query rows; its scores [rows, heads, entries] and
+# keys [requests, entries, index_head_dim] within SCORE_BLOCK floats each (16 MiB in fp32). The
+# entries per block are what fits, a multiple of the candidate block.
 ROW_BLOCK = 512
 SCORE_BLOCK = 1 << 22
 
@@ -327,7 +328,8 @@ class Attention(nn.Module):
         for requests, rows in chunks.row_blocks(self.row_block):  # [B'], [B', tb]
             real, at = rows >= 0, rows.clamp(min=0)
             score = self._scorer(q[at], w[at], view, first[requests], counts[requests])
-            columns = max(size, self.score_block // (rows.numel() * self.indexer.n_heads) // size * size)
+            per_column = max(rows.numel() * self.indexer.n_heads, rows.shape[0] * self.indexer.head_dim)
+            columns = max(size, self.score_block // per_column // size * size)
             restrict = None if allowed is None else (allowed[at].flatten(0, 1), size)
             ids, blocks = select_rows(
                 score, n_visible[at].masked_fill(~real, 0).flatten(), self.index_topk, width, columns,
