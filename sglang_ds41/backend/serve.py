@@ -28,6 +28,7 @@ line with the address and what it serves.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -254,9 +255,10 @@ def check_port_free(host: str, port: int) -> None:
         try:
             sock.bind((host, port))
         except OSError as error:
+            busy = " (another server is listening there: stop it or pick another --port)"
             raise Ds41Error(
-                f"{host}:{port} is in use ({error.strerror}): another server is listening there; "
-                "stop it or pick another --port"
+                f"cannot listen on {host}:{port}: {error.strerror}"
+                + (busy if error.errno == errno.EADDRINUSE else "")
             ) from None
 
 

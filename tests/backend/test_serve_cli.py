@@ -239,5 +239,8 @@ def test_a_port_in_use_is_refused_before_anything_starts(ckpt, capsys, launched)
         busy.listen()
         port = busy.getsockname()[1]
         assert cli.main(["serve", str(ckpt), "--port", str(port)]) == 2
-    assert f"127.0.0.1:{port} is in use" in capsys.readouterr().err and launched == []
+    err = capsys.readouterr().err
+    assert (
+        f"cannot listen on 127.0.0.1:{port}: Address already in use (another server" in err and launched == []
+    )
     assert cli.main(["serve", str(ckpt), "--port", str(port)]) == 0  # free again
