@@ -211,8 +211,8 @@ class DeepseekV41ForCausalLM(nn.Module):
         )
         from sglang.srt.runtime_context import get_context, get_server_args
 
+        args = get_server_args()  # outside a server this names the missing server args
         refuse_gpu_device(str(get_context().config_leaf("device")))  # resolved, not the raw flag
-        args = get_server_args()
         self.config = config
         self.logits_processor = None
         self._build(
