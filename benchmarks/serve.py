@@ -271,7 +271,7 @@ def measure_scaling(args: argparse.Namespace, code: Path | None = None) -> dict:
             model_dir, [*flags, *sglang_args], log_path=log, env=env, ready_timeout_s=args.ready_timeout
         ) as server:
             url, timeout = server.url, args.request_timeout
-            serve_scaling.stream_generate(url, make(16), 4, timeout)  # warm-up
+            serve_scaling.stream_generate(url, make(args.scaling_prompt), 4, timeout)  # warm-up
             rss = serve_scaling.TreeRss(server.proc.pid)
             contexts = serve_scaling.by_context(
                 url, rss, make, args.contexts, args.scaling_decode, timeout, per_token
