@@ -341,6 +341,9 @@ def build_launch(
         ["--tool-call-parser", "deepseekv41"],
         ["--served-model-name", SERVED_MODEL_NAME],
         ["--enable-cache-report"],
+        # Image patches from SGLang's PIL path, bit for bit the reference's (docs/MODEL.md §7.1),
+        # on both engines; its Rust resizer ("auto") can differ by one grey level on strong downscales.
+        ["--image-processor-backend", "pil"],
     ]
     if (tok := tokenizer_dir(model)) is not None:
         defaults.append(["--tokenizer-path", str(tok)])
@@ -370,9 +373,6 @@ def _own_backend(
         *defaults,
         # Ratio-2 layers keep one compressed entry per token pair at slot // 2 (backend/kv_state.py).
         ["--page-size", "2"],
-        # Image patches from SGLang's PIL path, bit for bit ours (MODEL.md §7.1); its Rust resizer
-        # ("auto") can differ by one grey level on strong downscales.
-        ["--image-processor-backend", "pil"],
         ["--device", "cpu"],
         ["--attention-backend", "torch_native"],
         ["--max-total-tokens", str(CPU_MAX_TOTAL_TOKENS)],
