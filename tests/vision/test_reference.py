@@ -112,5 +112,8 @@ def test_the_pictures_reach_the_logits(models):
     assert torch.equal(a.input_ids, b.input_ids)  # same sizes -> same ids
     la, lb = feed(model, a, []), feed(model, b, [])
     first = a.spans[0][0]
-    assert torch.equal(la[:first], lb[:first])  # causal: text before the images is untouched
+    # causal: text before the images is untouched. To rounding only, not bit for bit: the MoE
+    # multiplies each expert's routed rows as one matrix, and BLAS rounds a row differently with
+    # the number of rows in the call (1, 2-3 or 4+ here), which the images' routing changes.
+    assert rel(la[:first], lb[:first]) < TOL
     assert rel(la[-1], lb[-1]) > 1e-3
