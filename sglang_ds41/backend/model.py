@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglang_ds41.checkpoint.load import engram_hasher
 from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layer import EngramLayer
@@ -253,13 +254,7 @@ class DeepseekV41ForCausalLM(nn.Module):
                 "one compressed entry per token pair at slot // 2, which needs an even page size "
                 "(serve with --page-size 2 or any even size)"
             )
-        tokenizer = model_dir / "tokenizer.json"
-        if not tokenizer.is_file():
-            from sglang_ds41.assets import TOKENIZER_JSON
-
-            tokenizer = TOKENIZER_JSON
-        hasher = EngramHasher.for_tokenizer(self.v41, tokenizer)
-        self.model = DeepseekV41Model(self.v41, hasher, tp)
+        self.model = DeepseekV41Model(self.v41, engram_hasher(self.v41, model_dir), tp)
         start, stop = tp.vocab_rows(text.vocab_size)
         self.head = nn.Linear(text.hidden_size, stop - start, bias=False)  # this rank's vocab rows
         self.store: SlotState | None = None

@@ -275,12 +275,12 @@ def omp_bind(ranks: int, cpus: Sequence[int]) -> str:
 
 
 def tokenizer_dir(model_dir: Path) -> Path | None:
-    """Where the tokenizer comes from: the checkpoint's own, else the packaged V4.1 one."""
-    if (model_dir / "tokenizer.json").is_file():
-        return None
-    from sglang_ds41.assets import TOKENIZER_DIR
+    """The `--tokenizer-path` to give SGLang: None when the checkpoint ships its tokenizer, else
+    the packaged V4.1 one's folder (`checkpoint.load.tokenizer_json`)."""
+    from sglang_ds41.checkpoint.load import tokenizer_json
 
-    return TOKENIZER_DIR
+    found = tokenizer_json(model_dir)
+    return None if found == model_dir / "tokenizer.json" else found.parent
 
 
 # SGLang features this backend cannot serve V4.1 with, and why; such a flag passes only with

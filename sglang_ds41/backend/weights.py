@@ -1,11 +1,11 @@
-"""Fill the SGLang backend's parameters from a checkpoint directory through the shared reader.
+"""Fill the SGLang backend's parameters from a checkpoint directory through the shared loader.
 
 The backend's modules are the reference's (`model/`, `engram/`), so a parameter's checkpoint
-name is its name without the SGLang-side `model.` prefix, mapped like the reference's
-(`reference.weights.checkpoint_name`): FP8 32x32 block linears, MXFP4 or NVFP4 routed experts
+name is its name without the SGLang-side `model.` prefix, mapped as every runtime maps it
+(`checkpoint.load.checkpoint_name`): FP8 32x32 block linears, MXFP4 or NVFP4 routed experts
 are dequantised to the compute dtype by `Checkpoint.dense`; Engram tables stay quantised in
-host memory (`EngramTable`), each TP rank holding its own rows only (zero elsewhere; the
-model all-reduces the lookups).
+host memory (`checkpoint.load.attach_engram_tables`), each TP rank holding its own rows only
+(zero elsewhere; the model all-reduces the lookups).
 
 TP: each rank keeps its slice of the dense tensors that MODEL.md §13 shards (`tp.py` says which
 and how) and the whole of the others; the Engram tables, by far the largest tensors (§9.2), are
@@ -14,14 +14,20 @@ row-sharded on hash-column boundaries. Every error names the tensor.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from sglang_ds41.checkpoint.load import (
+    attach_engram_tables,
+    checkpoint_name,
+    fill_dense_parameters,
+    require_all_used,
+)
 from sglang_ds41.checkpoint.reader import Checkpoint
-from sglang_ds41.engram.table import EngramTable
-from sglang_ds41.reference.weights import checkpoint_name, fill_dense_parameters, require_all_used
+from sglang_ds41.engram.layer import EngramLayer
 
 from .tp import SINGLE, TensorParallel
 
@@ -38,38 +44,19 @@ def load_checkpoint(
     module: nn.Module,
     model_dir: str | Path,
     dtype: torch.dtype,
-    engram_layers: dict[int, nn.Module],
+    engram_layers: Mapping[int, EngramLayer],
     tp: TensorParallel = SINGLE,
 ) -> list[str]:
-    """Fill `module`'s parameters (and the `table` of each Engram module in `engram_layers`)
+    """Fill `module`'s parameters (and the `table` of each `EngramLayer` in `engram_layers`)
     from `model_dir`; returns the checkpoint tensor names used. Raises `CheckpointError`
     naming the tensor on a missing tensor, a shape mismatch, or an unused language-model tensor."""
     ckpt = Checkpoint.open(model_dir)
     try:
-        text = ckpt.config.text
         used = fill_dense_parameters(
             ckpt, module.named_parameters(), backend_checkpoint_name, dtype, "the backend", tp.shard
         )
-        layout = engram_layout(ckpt)
-        for layer, engram in engram_layers.items():
-            prefix = f"layers.{layer}.engram"
-            engram.table = EngramTable.from_safetensors(
-                ckpt.root,
-                prefix,
-                column_starts=layout.layers[layout.index_of(layer)].column_starts(),
-                tp_rank=tp.rank,
-                tp_size=tp.size,
-                pin=False,
-                head_dim=text.engram_head_dim,
-            )
-            used.update(engram.table.tensor_names)
+        used |= attach_engram_tables(ckpt, engram_layers, tp.rank, tp.size)
         require_all_used(ckpt, used, "the backend")
         return sorted(used)
     finally:
         ckpt.close()
-
-
-def engram_layout(ckpt: Checkpoint):
-    from sglang_ds41.engram.layout import EngramLayout
-
-    return EngramLayout.from_config(ckpt.config.text)

@@ -109,10 +109,9 @@ def _tokenizer(model_dir):
     """The checkpoint's tokenizer.json if it ships one, else the packaged V4.1 tokenizer."""
     from tokenizers import Tokenizer
 
-    from sglang_ds41.assets import TOKENIZER_JSON
+    from sglang_ds41.checkpoint.load import tokenizer_json
 
-    path = model_dir / "tokenizer.json"
-    return Tokenizer.from_file(str(path if path.is_file() else TOKENIZER_JSON))
+    return Tokenizer.from_file(str(tokenizer_json(model_dir)))
 
 
 def _prompt_ids(prompt: str, chat: bool, bos: int, tokenizer) -> list[int]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING
 
 from sglang_ds41.errors import Ds41Error
@@ -114,24 +114,37 @@ class EngramLayout:
 
     @classmethod
     def from_config(cls, text_config: TextConfig) -> EngramLayout:
-        """The layout of a text config; checks it against `engram_num_embeddings`."""
-        layout = build_layout(
-            layer_ids=text_config.engram_layer_ids,
-            vocab_size=text_config.engram_vocab_size,
-            max_ngram_size=text_config.engram_max_ngram_size,
-            n_heads=text_config.engram_n_heads,
-            compressed_vocab_size=text_config.engram_compressed_vocab_size,
+        """The layout of a text config; checks it against `engram_num_embeddings`. Computed once
+        per process for the same fields (the manifest check, the hasher and the table loader ask)."""
+        t = text_config
+        return _checked_layout(
+            tuple(t.engram_layer_ids),
+            t.engram_vocab_size,
+            t.engram_max_ngram_size,
+            t.engram_n_heads,
+            t.engram_compressed_vocab_size,
+            tuple(t.engram_num_embeddings),
         )
-        expected = tuple(text_config.engram_num_embeddings)
-        got = tuple(layer.num_rows for layer in layout.layers)
-        if expected != got:
-            raise Ds41Error(
-                f"config field text_config.engram_num_embeddings = {list(expected)} disagrees with "
-                f"the prime layout computed from engram_vocab_size={text_config.engram_vocab_size}, "
-                f"engram_n_heads={text_config.engram_n_heads}, "
-                f"engram_max_ngram_size={text_config.engram_max_ngram_size}: {list(got)}"
-            )
-        return layout
+
+
+@cache
+def _checked_layout(
+    layer_ids: tuple[int, ...],
+    vocab_size: int,
+    max_ngram_size: int,
+    n_heads: int,
+    compressed_vocab_size: int,
+    num_embeddings: tuple[int, ...],
+) -> EngramLayout:
+    layout = build_layout(layer_ids, vocab_size, max_ngram_size, n_heads, compressed_vocab_size)
+    got = tuple(layer.num_rows for layer in layout.layers)
+    if num_embeddings != got:
+        raise Ds41Error(
+            f"config field text_config.engram_num_embeddings = {list(num_embeddings)} disagrees with "
+            f"the prime layout computed from engram_vocab_size={vocab_size}, "
+            f"engram_n_heads={n_heads}, engram_max_ngram_size={max_ngram_size}: {list(got)}"
+        )
+    return layout
 
 
 def is_prime(n: int) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from safetensors import safe_open
 
+from sglang_ds41.checkpoint.load import checkpoint_name
 from sglang_ds41.checkpoint.reader import INDEX_FILE
 from sglang_ds41.formats import dequantize_fp8_block2d, dequantize_mxfp4, dequantize_nvfp4
-from sglang_ds41.reference.weights import checkpoint_name
 
 from ._feed import feed, rel_diff
 
