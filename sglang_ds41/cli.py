@@ -34,7 +34,7 @@ class VersionAction(argparse.Action):
         )
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from sglang_ds41.backend.serve import versions
+        from sglang_ds41.serve.launcher import versions
 
         print(versions())
         parser.exit()

@@ -1,7 +1,7 @@
 """Images inside SGLang: the processor's spans -> the tower's embeddings at image positions.
 
 SGLang's V4.1 processor (`srt/multimodal/processors/deepseek_v41.py`, mapped to our
-architecture by `launch_hooks`) already expands each placeholder into the image's whole span of
+architecture by `serve/launch_hooks.py`) already expands each placeholder into the image's whole span of
 `image_token_id` and hands one `MultimodalDataItem` per image: bf16 patches, `n_vit_h`,
 `n_vit_w` and the span's offsets. Its preprocessing is bit for bit ours (`vision.preprocess`,
 checked in tests/vision), so the server does not register a processor of its own.

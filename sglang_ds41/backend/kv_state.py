@@ -26,7 +26,7 @@ and a prefix hit, a continuing chunk and a decode step all read it back the same
 
 Rows are stored packed in the model's own KV formats (`kv_codec`: FP8 window, FP4 latents and
 index keys), which is lossless because the model fake-quantises every one of them before use.
-Served, the rows *are* SGLang's pool: `launch_hooks` gives its hybrid pool one K row per token
+Served, the rows *are* SGLang's pool: `serve/launch_hooks.py` gives its hybrid pool one K row per token
 of exactly these bytes (894 B full side, 528 B window per layer, no V), so its memory sizing
 counts what is stored, and `PoolViews` hands the K buffers here (layer 0, SGLang's one "full"
 layer, keeps its window rows in a buffer of ours: 528 B per SWA slot that SGLang does not count).
@@ -134,8 +134,15 @@ def entry_segments(
 
 def pool_row_bytes(cfg: TextConfig) -> tuple[int, int]:
     """(bytes per full-pool token, bytes per window row of one layer): the geometry SGLang's
-    hybrid sliding-window pool is given for V41 (`launch_hooks`), so its buffers are our rows."""
+    hybrid sliding-window pool is given for V41 (`serve/launch_hooks.py`), so its buffers are our rows."""
     return full_row_layout(cfg).row_bytes, window_codec(cfg.head_dim).row_bytes
+
+
+def slot_row_geometry(cfg: TextConfig, element_size: int) -> tuple[int, int]:
+    """(K head_dim of the full layer, of every SWA layer) in elements of `element_size` bytes:
+    our packed rows (`pool_row_bytes`), rounded up to whole elements."""
+    full_bytes, window_bytes = pool_row_bytes(cfg)
+    return -(-full_bytes // element_size), -(-window_bytes // element_size)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ supplies the slot ids (its K/V rows go unused). A ratio-2 layer needs an even `-
 Dtype: the model computes in `$SGLANG_DS41_DTYPE` when set (float64 / float32 / bfloat16;
 the exactness tests use float64, like the reference oracle), else in SGLang's `--dtype`. The
 checkpoint's `quantization_config` is ours to interpret (the shared loader dequantises), so
-`launch_hooks` keeps SGLang's quantization machinery out of it.
+`serve/launch_hooks.py` keeps SGLang's quantization machinery out of it.
 
 TP (MODEL.md §13, `tp.py`): embedding and head vocab-parallel, query heads / output groups and
 every expert's intermediate width split over the ranks, `wo_b` and the MoE output all-reduced;
@@ -73,7 +73,7 @@ from .tp import SINGLE, TensorParallel, VocabParallelEmbedding
 logger = logging.getLogger(__name__)
 
 DTYPE_ENV = "SGLANG_DS41_DTYPE"
-# SGLang's hybrid pool needs one "full" layer for its full slot space; `launch_hooks` names
+# SGLang's hybrid pool needs one "full" layer for its full slot space; `serve/launch_hooks.py` names
 # layer 0, and its K rows hold each slot's full-side row (token id, compressed-entry pieces).
 WINDOW_POOL_FULL_LAYER = 0
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -293,7 +293,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         req_rows = get_req_to_token_pool().req_to_token.shape[0]
         full = pool.get_key_buffer(WINDOW_POOL_FULL_LAYER)
         rows = full.shape[0]
-        # Under SGLang's hybrid sliding-window pool (the default, see `launch_hooks`) the window
+        # Under SGLang's hybrid sliding-window pool (the default, see `serve/launch_hooks.py`) the window
         # KV lives in the SWA slots it keeps for the last window of each request and cached
         # prefix, and both pools were given our row geometry: the state lives in their K buffers.
         translate = getattr(pool, "translate_loc_from_full_to_swa", None)

@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None, list[str]]:
     """The checkpoint (MODEL_DIR, --model-path / --model DIR, or None for --tiny / --scripted)
     and the SGLang flags left."""
-    from sglang_ds41.backend import serve
     from sglang_ds41.errors import Ds41Error
+    from sglang_ds41.serve import launcher as serve
 
     positional = None
     if rest and not rest[0].startswith("-"):
@@ -84,7 +84,7 @@ def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None,
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sglang_ds41.backend import serve
+    from sglang_ds41.serve import launcher as serve
 
     rest = list(args.args)
     if rest[:1] == ["--"]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ds41.backend.kv_state import PoolViews, SlotState, Span
-from sglang_ds41.backend.launch_hooks import slot_row_geometry
+from sglang_ds41.backend.kv_state import PoolViews, SlotState, Span, slot_row_geometry
 
 
 class Slots:

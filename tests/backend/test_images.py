@@ -88,7 +88,7 @@ def test_serve_asks_sglang_for_the_pil_preprocessing_that_matches_ours(tmp_path)
     here on the tiny grid's strong downscales, where its Rust resizer is not."""
     from sglang.srt.multimodal.deepseek_v41_image_processing import patchify_image
 
-    from sglang_ds41.backend import serve
+    from sglang_ds41.serve import launcher as serve
 
     (tmp_path / "config.json").write_text('{"architectures": ["DeepseekV41ForCausalLM"]}')
     argv = serve.build_launch(tmp_path, gpu=True).argv

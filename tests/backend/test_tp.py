@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
-from sglang_ds41.backend.server_process import free_port
 from sglang_ds41.backend.tp import TensorParallel, TensorParallelError
+from sglang_ds41.serve.server_process import free_port
 
 from ._tp_rank import logits_of_the_script
 

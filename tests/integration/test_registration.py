@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ds41.backend import serve
+from sglang_ds41.serve import launcher as serve
 
 pytestmark = pytest.mark.integration
 

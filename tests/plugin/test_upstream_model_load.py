@@ -64,7 +64,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reas
 
 
 def _worker(ckpts: list[str], tp_rank: int, init_method: str, out: Path) -> None:
-    from sglang_ds41.backend.cpu import install
+    from sglang_ds41.serve.cpu import install
 
     install()  # the CPU engine imports sgl_kernel's CPU ops
     from sglang.srt.plugins import load_plugins

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from sglang_ds41 import cli
-from sglang_ds41.backend import serve
 from sglang_ds41.backend.scripted import write_scripted_checkpoint
+from sglang_ds41.serve import launcher as serve
 
 
 @pytest.fixture
@@ -217,7 +217,7 @@ def test_the_serve_process_never_imports_torch(ckpt):
     """The wrapper finds the GPU, checks the environment and the checkpoint without torch (it
     held 836 MB when it imported torch to look for a GPU)."""
     probe = (
-        "import sys; from sglang_ds41.backend import serve; "
+        "import sys; from sglang_ds41.serve import launcher as serve; "
         "cpu = serve.engine_is_cpu([]); serve.check_environment(cpu); "
         f"print(serve.validate_checkpoint({str(ckpt)!r})); "
         "serve.build_launch(sys.argv[1], []); "

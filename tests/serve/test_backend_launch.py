@@ -7,9 +7,10 @@ import types
 
 import pytest
 
-from sglang_ds41.backend import launch_hooks, serve
 from sglang_ds41.backend.architectures import V41
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.serve import launch_hooks
+from sglang_ds41.serve import launcher as serve
 
 
 def _checkpoint(tmp_path):

@@ -44,7 +44,7 @@ def _unsupported(name: str):
 
 
 def _populate(module: types.ModuleType) -> None:
-    from sglang_ds41.backend.cpu import ops
+    from sglang_ds41.serve.cpu import ops
 
     module.__version__ = STUB_VERSION
     module.assign_req_to_token_pool_cpu = ops.assign_req_to_token_pool_cpu

@@ -5,6 +5,6 @@ torch ops in `ops.py`. It is installed by our `sitecustomize` only when the serv
 `SGLANG_USE_CPU_ENGINE=1`, i.e. when `sglang-ds41 serve` chose the CPU settings.
 """
 
-from sglang_ds41.backend.cpu.stub import install
+from sglang_ds41.serve.cpu.stub import install
 
 __all__ = ["install"]

@@ -6,11 +6,11 @@ import sys
 PROBE = """
 import os
 os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-from sglang_ds41.backend.launch_hooks import install
+from sglang_ds41.serve.launch_hooks import install
 install()
 import sgl_kernel
 from sgl_kernel import assign_req_to_token_pool_cpu, copy_all_layer_kv_cache_cpu
-from sglang_ds41.backend.cpu import ops
+from sglang_ds41.serve.cpu import ops
 assert assign_req_to_token_pool_cpu is ops.assign_req_to_token_pool_cpu
 assert copy_all_layer_kv_cache_cpu is ops.copy_all_layer_kv_cache_cpu
 try:
@@ -39,7 +39,7 @@ def test_cpu_engine_gets_the_stand_in_sgl_kernel():
 def test_without_the_cpu_engine_no_stand_in_is_installed():
     probe = (
         "import os; os.environ.pop('SGLANG_USE_CPU_ENGINE', None)\n"
-        "from sglang_ds41.backend.launch_hooks import install; install()\n"
+        "from sglang_ds41.serve.launch_hooks import install; install()\n"
         "import importlib.util; spec = importlib.util.find_spec('sgl_kernel')\n"
         "print(spec and spec.origin)"
     )

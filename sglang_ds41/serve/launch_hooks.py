@@ -83,15 +83,6 @@ def _patch_mm_processor(module: ModuleType) -> None:
     module.get_mm_processor_cls = get_mm_processor_cls
 
 
-def slot_row_geometry(cfg, element_size: int) -> tuple[int, int]:
-    """(K head_dim of the full layer, of every SWA layer) in elements of `element_size` bytes:
-    our packed rows (`kv_state.pool_row_bytes`), rounded up to whole elements."""
-    from sglang_ds41.backend.kv_state import pool_row_bytes
-
-    full_bytes, window_bytes = pool_row_bytes(cfg)
-    return -(-full_bytes // element_size), -(-window_bytes // element_size)
-
-
 def use_slot_row_geometry(model_config) -> None:
     """Give a hybrid-SWA V41 ModelConfig the KV geometry of our slot rows (one K "head" per
     token, in elements of the model dtype, which SGLang's `--kv-cache-dtype auto` stores; no V):
@@ -99,6 +90,7 @@ def use_slot_row_geometry(model_config) -> None:
     K row that layer's packed window KV."""
     import torch
 
+    from sglang_ds41.backend.kv_state import slot_row_geometry
     from sglang_ds41.config import V41Config
 
     cfg = V41Config.from_file(os.path.join(model_config.model_path, "config.json")).text
@@ -170,7 +162,7 @@ def install() -> None:
     if any(isinstance(f, _AfterImport) for f in sys.meta_path):
         return
     if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
-        from sglang_ds41.backend import cpu
+        from sglang_ds41.serve import cpu
 
         cpu.install()
     for name, patch in PATCHES.items():

@@ -2,7 +2,7 @@
 
 import torch
 
-from sglang_ds41.backend.cpu.ops import assign_req_to_token_pool_cpu, copy_all_layer_kv_cache_cpu
+from sglang_ds41.serve.cpu.ops import assign_req_to_token_pool_cpu, copy_all_layer_kv_cache_cpu
 
 
 def test_assign_req_to_token_pool_writes_each_requests_slots_into_its_row():

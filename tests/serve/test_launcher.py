@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from sglang_ds41.assets import TOKENIZER_DIR
-from sglang_ds41.backend import serve
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.serve import launcher as serve
 
 CHUNKED = ["--chunked-prefill-size", "7"]
 
