@@ -109,7 +109,7 @@ def test_bad_shapes_raise_clear_errors():
 
 # --- the least-squares (mse) scale rule -----------------------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tests.formats import oracles  # noqa: E402
@@ -184,3 +184,20 @@ def test_mse_keeps_the_ocp_scale_on_a_tie_and_for_zero_and_nan_blocks():
 def test_unknown_scale_rule_is_refused():
     with pytest.raises(FormatError, match=r"unknown scale rule 'best'; expected one of \['ocp', 'mse'\]"):
         quantize_mxfp4(torch.ones(1, 32), "best")
+
+
+@settings(max_examples=300, deadline=None)
+@given(_fp8_value_block())
+@example([7.5] * 32)  # OCP saturates every value
+@example([4.0] + [0.75] * 31)  # the smaller exponent holds the rest exactly
+def test_mse_is_the_least_squares_mxfp4_encoding_of_an_fp8_block_over_every_scale(block):
+    # With one scale per block, rounding each value to its nearest E2M1 point (clipping at 6) is
+    # the least-squares choice of codes, so the least-squares MXFP4 encoding of a block is the best
+    # of the 254 finite E8M0 scales, each with nearest rounding. The mse rule only tries OCP's
+    # exponent and its two neighbours; on blocks of FP8 values (what the converter re-encodes)
+    # that already is the optimum: no MXFP4 encoding of the block has a smaller squared error.
+    if not any(block):
+        return
+    mse, _, _ = _blocks(block, "mse")
+    best = min(oracles.squared_error(oracles.mx_values(block, e), block) for e in range(-127, 128))
+    assert oracles.squared_error(mse, block) == pytest.approx(best, rel=1e-12, abs=0)
