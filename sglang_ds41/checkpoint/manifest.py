@@ -26,7 +26,6 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 from sglang_ds41.config import ConfigError, QuantizationConfig, TextConfig, V41Config
 
@@ -461,7 +460,3 @@ def build_manifest(config: V41Config) -> Manifest:
     if config.vision is not None:
         _vision(b, config)
     return Manifest(tuple(b.out), variant, summarize_engram_formats(engram), engram)
-
-
-def manifest_from_dict(data: Mapping[str, Any]) -> Manifest:
-    return build_manifest(V41Config.from_dict(data))

@@ -176,14 +176,6 @@ def _decode_into(rows: torch.Tensor, fmt: TableFormat, table: torch.Tensor, out_
     torch.index_select(table, 0, index.view(-1), out=out_words.view(-1))
 
 
-def dequantize_packed(rows: torch.Tensor, fmt: TableFormat) -> torch.Tensor:
-    """Packed rows `[M, row_bytes]` uint8 -> bf16 `[M, head_dim]`."""
-    table = decode_table(fmt, rows.device)
-    out = torch.empty((rows.shape[0], fmt.head_dim), dtype=torch.bfloat16, device=rows.device)
-    _decode_into(rows, fmt, table, out.view(table.dtype))
-    return out
-
-
 def gather_dequantize(packed: torch.Tensor, rows: torch.Tensor, fmt: TableFormat) -> torch.Tensor:
     """bf16 `[len(rows), head_dim]` for local row indices `rows` (int64, all in range) of `packed`."""
     table = decode_table(fmt, packed.device)

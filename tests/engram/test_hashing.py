@@ -1,4 +1,4 @@
-"""Engram hash ids: Appendix B vectors, an independent per-token oracle, and the state machine."""
+"""Engram hash ids: Appendix B vectors, an independent per-token oracle, and request histories."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_ds41.config import V41Config
-from sglang_ds41.engram.hashing import EngramHasher, HashState
+from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layout import EngramLayout
 from sglang_ds41.errors import Ds41Error
 
@@ -124,7 +124,7 @@ def test_batched_sequences_equal_single_sequences(tiny_hasher: EngramHasher) -> 
     assert torch.equal(rows[1, :3], tiny_hasher.hash_sequence(torch.tensor(b)))
 
 
-# --- the per-request state machine ------------------------------------------------------------------
+# --- request histories: every serving path --------------------------------------------------------
 
 
 @st.composite
@@ -160,9 +160,10 @@ def serving_scenario(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(serving_scenario())
 def test_every_serving_path_equals_one_shot_hashing(tiny_hasher: EngramHasher, requests) -> None:
-    state = HashState(tiny_hasher, num_slots=len(requests) + 2)
-    slots = [2 + i for i in range(len(requests))]  # not 0..R-1, to check slot indexing
-    state.reset(slots)
+    """Chunks and decode steps of a batch (`extend`), speculative drafts hashed without moving the
+    history and then only the accepted tokens committed (`history_after`), and a history rebuilt
+    after a prefix-cache hit (`history_of`) all give the ids of hashing the whole sequence at once."""
+    history = tiny_hasher.empty_history(len(requests))
     got: list[list[torch.Tensor]] = [[] for _ in requests]
     cursor = [0] * len(requests)
     step = [0] * len(requests)
@@ -177,8 +178,8 @@ def test_every_serving_path_equals_one_shot_hashing(tiny_hasher: EngramHasher, r
             ids = [
                 requests[i][0][cursor[i] : cursor[i] + (chunks[i][1] if i in chunks else 0)] for i in plain
             ]
-            rows = state.extend(
-                [slots[i] for i in plain], torch.tensor([x for c in ids for x in c]), [len(c) for c in ids]
+            rows, history[plain] = tiny_hasher.extend(
+                history[plain], torch.tensor([x for c in ids for x in c]), torch.tensor([len(c) for c in ids])
             )
             start = 0
             for i, c in zip(plain, ids, strict=True):
@@ -191,9 +192,10 @@ def test_every_serving_path_equals_one_shot_hashing(tiny_hasher: EngramHasher, r
             _, accepted, junk = chunks[i]
             truth = requests[i][0][cursor[i] : cursor[i] + accepted]
             draft = truth + junk[accepted:]  # rejected tail differs from the truth
-            rows = state.peek([slots[i]], torch.tensor(draft), [len(draft)])
+            rows, _ = tiny_hasher.extend(history[[i]], torch.tensor(draft), torch.tensor([len(draft)]))
             got[i].append(rows[:accepted])
-            state.commit([slots[i]], torch.tensor(truth, dtype=torch.int64), [accepted])
+            accepted_ids = tiny_hasher.compress(torch.tensor(truth, dtype=torch.int64))
+            history[[i]] = tiny_hasher.history_after(history[[i]], accepted_ids, torch.tensor([accepted]))
             cursor[i] += accepted
         for i in live:
             step[i] += 1
@@ -201,37 +203,31 @@ def test_every_serving_path_equals_one_shot_hashing(tiny_hasher: EngramHasher, r
     for i, (ids, _) in enumerate(requests):
         expected = tiny_hasher.hash_sequence(torch.tensor(ids))
         assert torch.equal(torch.cat(got[i]), expected)
-        # A prefix-cache hit at any split rebuilds the same state.
+        # A prefix-cache hit at any split rebuilds the same history.
+        whole = torch.tensor(ids, dtype=torch.int64)
         for split in range(len(ids) + 1):
-            rebuilt = HashState(tiny_hasher, num_slots=1)
-            rebuilt.from_prefix([0], torch.tensor(ids[:split], dtype=torch.int64), [split])
-            tail = rebuilt.extend([0], torch.tensor(ids[split:], dtype=torch.int64), [len(ids) - split])
+            head, rest = whole[:split], whole[split:]
+            rebuilt = tiny_hasher.history_of(head, torch.tensor([split]))
+            tail, _ = tiny_hasher.extend(rebuilt, rest, torch.tensor([len(rest)]))
             assert torch.equal(tail, expected[split:])
 
 
-def test_state_is_the_last_three_compressed_ids(tiny_hasher: EngramHasher) -> None:
-    state = HashState(tiny_hasher, num_slots=2)
-    assert tuple(state.table.shape) == (3, 3) and state.table.dtype == torch.int32
-    state.extend([1], torch.tensor([5]), [1])
-    assert state.table[1].tolist() == [-1, -1, 2]  # before-start look-backs stay blocked
-    state.extend([1], torch.tensor([9, IMAGE, 17]), [3])
-    assert state.table[1].tolist() == [4, -1, 8]  # map(9) = 4, image DEAD, map(17) = 8
-    assert state.table[0].tolist() == [-1, -1, -1]  # other slots untouched
+def test_history_is_the_last_three_compressed_ids(tiny_hasher: EngramHasher) -> None:
+    history = tiny_hasher.empty_history(2)
+    assert tuple(history.shape) == (2, 3) and history.dtype == torch.int32
+    _, history = tiny_hasher.extend(history, torch.tensor([5]), torch.tensor([0, 1]))
+    assert history.dtype == torch.int32
+    assert history[1].tolist() == [-1, -1, 2]  # before-start look-backs stay blocked
+    _, history = tiny_hasher.extend(history, torch.tensor([9, IMAGE, 17]), torch.tensor([0, 3]))
+    assert history[1].tolist() == [4, -1, 8]  # map(9) = 4, image DEAD, map(17) = 8
+    assert history[0].tolist() == [-1, -1, -1]  # a zero-length chunk leaves its history as it was
 
 
-def test_padding_sink_slot_absorbs_writes(tiny_hasher: EngramHasher) -> None:
-    state = HashState(tiny_hasher, num_slots=2)
-    state.decode([0, state.sink_slot], torch.tensor([5, 7]))
-    assert state.table[0].tolist() == [-1, -1, 2]
-    assert state.table[1].tolist() == [-1, -1, -1]
-
-
-def test_bad_chunk_lengths_and_slots_are_refused(tiny_hasher: EngramHasher) -> None:
-    state = HashState(tiny_hasher, num_slots=2)
+def test_bad_chunk_lengths_and_histories_are_refused(tiny_hasher: EngramHasher) -> None:
     with pytest.raises(Ds41Error, match="sum to the number of tokens"):
-        state.extend([0], torch.tensor([1, 2, 3]), [2])
-    with pytest.raises(Ds41Error, match="outside"):
-        state.extend([5], torch.tensor([1]), [1])
+        tiny_hasher.extend(tiny_hasher.empty_history(1), torch.tensor([1, 2, 3]), torch.tensor([2]))
+    with pytest.raises(Ds41Error, match=r"history must have shape \(1, 3\)"):
+        tiny_hasher.extend(tiny_hasher.empty_history(2), torch.tensor([1]), torch.tensor([1]))
 
 
 def test_token_map_outside_compressed_vocab_is_refused(tiny_config: V41Config) -> None:
