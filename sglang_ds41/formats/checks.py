@@ -1,13 +1,16 @@
-"""Input checks shared by the format modules: one error type, messages that name what was wrong."""
+"""Input checks shared by the format modules: one error type, messages that name what was wrong.
+
+Importing it does not import torch: `sizes` uses it, and torch-free modules use `sizes`.
+"""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from sglang_ds41.errors import Ds41Error
 
-# torch spells the packed-FP4 dtype differently across versions; accept it when it exists.
-_FP4_X2 = getattr(torch, "float4_e2m1fn_x2", None)
+if TYPE_CHECKING:
+    import torch
 
 
 class FormatError(Ds41Error):
@@ -35,8 +38,12 @@ def require_shape(t: torch.Tensor, expected: tuple[int, ...], what: str) -> None
 
 def packed_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
     """Packed E2M1 pairs as uint8: checkpoints store them as U8 or I8 (same bits)."""
+    import torch
+
     if t.dtype == torch.uint8:
         return t
-    if t.dtype == torch.int8 or (_FP4_X2 is not None and t.dtype == _FP4_X2):
+    # torch spells the packed-FP4 dtype differently across versions; accept it when it exists.
+    fp4_x2 = getattr(torch, "float4_e2m1fn_x2", None)
+    if t.dtype == torch.int8 or (fp4_x2 is not None and t.dtype == fp4_x2):
         return t.view(torch.uint8)
     raise FormatError(f"{what}: expected packed E2M1 codes as uint8/int8, got dtype {t.dtype}")

@@ -28,8 +28,9 @@ import torch
 from . import e2m1, e8m0
 from .checks import FormatError, require_float, require_multiple, require_shape
 from .fp8 import dequantize_fp8_rows
+from .sizes import SCALE_BLOCK
 
-BLOCK = 32
+BLOCK = SCALE_BLOCK["mxfp4"]  # 32 values per E8M0 scale
 E2M1_EMAX = 2
 SCALE_RULES = ("ocp", "mse")
 # Exponent offsets from the OCP one that the mse rule tries, in order of preference on a tie.

@@ -36,8 +36,9 @@ import torch
 from . import e2m1, e8m0
 from .checks import FormatError, require_float, require_multiple, require_shape
 from .fp8 import E4M3_MAX, as_e4m3, dequantize_fp8_rows, to_e4m3
+from .sizes import SCALE_BLOCK
 
-BLOCK = 16
+BLOCK = SCALE_BLOCK["nvfp4"]  # 16 values per E4M3 scale
 TENSOR_NAMES = ("weight", "weight_scale", "weight_scale_2", "input_scale")
 SCALE_RULES = ("modelopt", "mse")
 # E4M3 scale-byte steps from ModelOpt's that the mse rule tries, in order of preference on a tie.
