@@ -40,11 +40,12 @@ from sglang_ds41.checkpoint.reader import CONFIG_FILE, INDEX_FILE
 from sglang_ds41.checkpoint.st_writer import HeaderEntry, PartialFile, build_header, canonical_order
 from sglang_ds41.checkpoint.tiny import tiny_config
 from sglang_ds41.config import V41Config
-from sglang_ds41.engram.layout import build_layout
+from sglang_ds41.engram.layout import HEAD_DIM, build_layout
+from sglang_ds41.formats import bytes_per_row, scale_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results" / "convert.json"
-HEAD_DIM = 256
-ROW_BYTES = HEAD_DIM + HEAD_DIM // 32
+ROW_BYTES = bytes_per_row("fp8", HEAD_DIM)
+SCALE_BYTES = scale_bytes("fp8", HEAD_DIM)
 CHUNK = 1 << 16
 # The official base checkpoint: 510.29 GB, of which 196.61 GB Engram tables (MODEL.md §9.1).
 OFFICIAL_OTHER_PER_TABLE_BYTE = (510_286_023_000 - 196_613_849_600) / 196_613_849_600
@@ -99,7 +100,7 @@ def synthetic_config(table_gb: float, other_gb: float = 0.0) -> dict:
 def _fp8_rows(rng: np.random.Generator, rows: int) -> tuple[np.ndarray, np.ndarray]:
     weight = rng.integers(0, 0x7F, (rows, HEAD_DIM), dtype=np.uint8)  # no NaN (0x7F) magnitudes
     weight |= rng.integers(0, 2, (rows, HEAD_DIM), dtype=np.uint8) << 7
-    return weight, rng.integers(120, 135, (rows, HEAD_DIM // 32), dtype=np.uint8)
+    return weight, rng.integers(120, 135, (rows, SCALE_BYTES), dtype=np.uint8)
 
 
 def write_synthetic(root: Path, table_gb: float, other_gb: float = 0.0) -> int:
@@ -135,7 +136,7 @@ def write_synthetic(root: Path, table_gb: float, other_gb: float = 0.0) -> int:
                 for start in range(0, rows, CHUNK):
                     w, s = _fp8_rows(rng, min(CHUNK, rows - start))
                     out.write_at(len(header) + tables[w_name] + start * HEAD_DIM, w.data)
-                    out.write_at(len(header) + tables[s_name] + start * (HEAD_DIM // 32), s.data)
+                    out.write_at(len(header) + tables[s_name] + start * SCALE_BYTES, s.data)
             out.commit()
         weight_map.update({s.name: file for s in specs})
         total += size

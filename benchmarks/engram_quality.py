@@ -41,9 +41,10 @@ import torch
 from sglang_ds41 import formats
 from sglang_ds41.checkpoint.engram_quality import measure
 from sglang_ds41.checkpoint.engram_recode import default_workers, recode
+from sglang_ds41.engram.layout import HEAD_DIM
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engram_quality.json"
-WIDTH = 256
+WIDTH = HEAD_DIM  # official engram_head_dim (256)
 ENCODINGS = (("mxfp4", "ocp"), ("mxfp4", "mse"), ("nvfp4", "modelopt"), ("nvfp4", "mse"))
 TARGETS = {("mxfp4", "mse"): 0.9938, ("nvfp4", "mse"): 0.9955, ("nvfp4", "modelopt"): 0.9955}
 OFFICIAL_TABLE_ROWS = 384_016_682  # layer 14 (MODEL.md §5.3)
@@ -178,7 +179,8 @@ def markdown(result: dict) -> str:
             )
         if "copy_rows_per_s" in d:
             copy = d["copy_rows_per_s"] / 1e6
-            lines.append(f"| {d['distribution']} | plain copy | 264 | | | | | | | {copy:.1f} M | 1 | | |")
+            size = formats.bytes_per_row("fp8", WIDTH)
+            lines.append(f"| {d['distribution']} | plain copy | {size} | | | | | | | {copy:.1f} M | 1 | | |")
     lines += ["", "Targets (gaussian, FP8 source / float32 source):"]
     for t in result["targets"]:
         lines.append(

@@ -46,10 +46,13 @@ import torch
 
 from sglang_ds41.engram import gather_triton
 from sglang_ds41.engram.gather import FP8, MXFP4
+from sglang_ds41.engram.layout import HEAD_DIM
 from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gather
+from sglang_ds41.formats import scale_block, scale_bytes, value_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DIM = 256  # official engram_head_dim
+DIM = HEAD_DIM  # official engram_head_dim (256)
+FP8_BLOCK = scale_block("fp8")  # values per E8M0 scale of an FP8 row (32)
 ROWS_PER_TOKEN = 24  # hash columns of one Engram layer
 RANK_ROWS = 96_000_564  # TP=4 rank 0 of layer 1 (MODEL.md §9.2)
 DECODE_BATCHES = (1, 32, 128)
@@ -64,8 +67,7 @@ class Table:
 
     def __init__(self, fmt: str, layout: str, rows: int, memory: str, device: torch.device):
         self.fmt, self.layout, self.rows, self.memory = fmt, layout, rows, memory
-        self.value_bytes = DIM if fmt == "fp8" else DIM // 2
-        self.scale_bytes = DIM // 16 if fmt == "nvfp4" else DIM // 32
+        self.value_bytes, self.scale_bytes = value_bytes(fmt, DIM), scale_bytes(fmt, DIM)
         self.nbytes = rows * (self.value_bytes + self.scale_bytes)
         self._mm = None
         self.registered = False
@@ -153,7 +155,9 @@ def gather_fn(table: Table, upstream_fp8, sort_ids: bool):
             )
         if upstream_fp8 is None:
             return None
-        return lambda ids, out: upstream_fp8(w, s, ids, out, DIM, 32, row_hi=table.rows, sort_ids=sort_ids)
+        return lambda ids, out: upstream_fp8(
+            w, s, ids, out, DIM, FP8_BLOCK, row_hi=table.rows, sort_ids=sort_ids
+        )
     fmt = MXFP4 if table.fmt == "mxfp4" else FP8
     packed = table.packed_view()
 
@@ -206,7 +210,8 @@ def every_pair_table() -> tuple[torch.Tensor, torch.Tensor]:
     """Split MXFP4 rows holding every code byte under every scale byte (DIM 256: 2 rows each)."""
     codes = torch.arange(256, dtype=torch.uint8).view(2, 128)
     weight = codes.repeat(256, 1)
-    scale = torch.arange(256, dtype=torch.uint8).repeat_interleave(2)[:, None].expand(-1, DIM // 32)
+    per_row = scale_bytes("mxfp4", DIM)
+    scale = torch.arange(256, dtype=torch.uint8).repeat_interleave(2)[:, None].expand(-1, per_row)
     return weight.contiguous(), scale.contiguous().view(torch.float8_e8m0fnu)
 
 
@@ -236,10 +241,10 @@ def check_correctness(device: torch.device, upstream_fp8) -> dict[str, object]:
 
     gen = torch.Generator().manual_seed(1)
     for name, values in (
-        ("mxfp4", torch.randint(0, 256, (300, DIM // 2), generator=gen, dtype=torch.uint8)),
+        ("mxfp4", torch.randint(0, 256, (300, value_bytes("mxfp4", DIM)), generator=gen, dtype=torch.uint8)),
         ("fp8", (torch.randn(300, DIM, generator=gen) * 40).to(torch.float8_e4m3fn)),
     ):
-        scales = torch.randint(110, 140, (300, DIM // 32), generator=gen, dtype=torch.uint8)
+        scales = torch.randint(110, 140, (300, scale_bytes(name, DIM)), generator=gen, dtype=torch.uint8)
         table = EngramTable.from_tensors(values, scales.view(torch.float8_e8m0fnu), pin=False)
         ids = torch.randint(0, 300, (97,), generator=gen)
         want_packed = table.lookup(ids)
@@ -251,7 +256,7 @@ def check_correctness(device: torch.device, upstream_fp8) -> dict[str, object]:
         if name == "fp8" and upstream_fp8 is not None:
             w, s = values.to(device), scales.to(device)
             out = torch.empty(97, DIM, dtype=torch.bfloat16, device=device)
-            upstream_fp8(w.data_ptr(), s.data_ptr(), ids.to(device), out, DIM, 32)
+            upstream_fp8(w.data_ptr(), s.data_ptr(), ids.to(device), out, DIM, FP8_BLOCK)
             results["fp8_upstream_kernel_equals_project_fp8"] = torch.equal(
                 out.cpu().view(torch.int16), want_packed.view(torch.int16)
             )

@@ -65,8 +65,6 @@ FORMATS = ("mxfp4", "nvfp4", "fp8")
 SOURCE_OF = {"mxfp4": "fp8", "nvfp4": "fp8", "fp8": "mxfp4"}
 JOURNAL = ".convert-engram.json"
 JOURNAL_KIND = "sglang-ds41 convert-engram journal v1"
-MX_BLOCK = 32
-NV_BLOCK = 16
 DEFAULT_REPORT_ROWS = 1 << 16
 DEFAULT_CHUNK_ROWS = 1 << 16  # ~17 MB of FP8 rows in, ~100 MB of transient arrays
 COPY_CHUNK = 16 << 20
@@ -198,13 +196,13 @@ def _out_jobs(table: Table, stored: StoredTensor, to: str) -> list[Job]:
     rows, width = table.rows, table.width
     if stored.name == table.scale.name:
         if to == "nvfp4":
-            spec = ("weight_scale", "F8_E4M3", (rows, width // NV_BLOCK))
+            spec = ("weight_scale", "F8_E4M3", (rows, formats.scale_bytes("nvfp4", width)))
         else:
             spec = ("scale", table.scale.dtype, table.scale.shape)
         part, dtype, shape = spec
         name = f"{table.prefix}.{part}"
         return [Job(name, dtype, shape, math.prod(shape), stored, table, part)]
-    weight = ("F8_E4M3", (rows, width)) if to == "fp8" else ("U8", (rows, width // 2))
+    weight = ("F8_E4M3" if to == "fp8" else "U8", (rows, formats.value_bytes(to, width)))
     jobs = [Job(stored.name, weight[0], weight[1], math.prod(weight[1]), stored, table, "weight")]
     if to == "nvfp4":
         jobs.append(Job(f"{table.prefix}.weight_scale_2", "F32", (), 4, stored, table, "weight_scale_2"))
@@ -263,7 +261,8 @@ def make_plan(
         for layer in todo:
             weight = ckpt.stored[f"layers.{layer}.engram.embed.weight"]
             scale = ckpt.stored[f"layers.{layer}.engram.embed.scale"]
-            table = Table(layer, weight.shape[0], scale.shape[1] * MX_BLOCK, weight, scale)
+            width = scale.shape[1] * formats.scale_block(source_format)
+            table = Table(layer, weight.shape[0], width, weight, scale)
             if to == "nvfp4":
                 table = replace(table, global_scale=_global_scale(sources, table))
             tables.append(table)
@@ -360,7 +359,7 @@ def _new_config(raw: bytes, fmt: str, layers: set[int], src: Path) -> bytes:
     if layers:
         quant.update(
             engram_embed_quant=fmt,
-            engram_embed_block_size=NV_BLOCK if fmt == "nvfp4" else MX_BLOCK,
+            engram_embed_block_size=formats.scale_block(fmt),
             engram_embed_layers=sorted(layers),
         )
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from sglang_ds41 import formats
-from sglang_ds41.checkpoint.engram_recode import BLOCK, NV_BLOCK, _split_rows
+from sglang_ds41.checkpoint.engram_recode import _split_rows
 
 REPORT_FILE = "engram_quality.json"
 REPORT_KIND = "sglang-ds41 Engram quality report v1"
@@ -261,7 +261,7 @@ def measure(
 ) -> Quality:
     """Quality of converted rows (`to`, uint8 bytes as stored) against their source rows."""
     rows = src_weight.shape[0]
-    width = src_scale.shape[1] * BLOCK
+    width = src_scale.shape[1] * formats.scale_block(source_format)
     cos, rel = np.empty(rows, np.float64), np.empty(rows, np.float64)
     kind, blocks = np.empty(rows, np.uint8), np.empty((rows, 2), np.int64)
     ws2 = np.float32(global_scale if global_scale is not None else 0.0)
@@ -277,7 +277,7 @@ def measure(
     _split_rows(rows, workers, run)
     ok = kind == MEASURED
     c, e = cos[ok], rel[ok]
-    per_row = width // (NV_BLOCK if to == "nvfp4" else BLOCK)
+    per_row = formats.scale_bytes(to, width)  # output blocks per row
     return Quality(
         rows=rows,
         measured=int(ok.sum()),

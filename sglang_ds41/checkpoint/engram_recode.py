@@ -43,8 +43,8 @@ import torch
 from sglang_ds41 import formats
 from sglang_ds41.formats import e2m1
 
-BLOCK = 32  # FP8 / MXFP4 values per scale
-NV_BLOCK = 16  # NVFP4 values per scale
+BLOCK = formats.scale_block("mxfp4")  # FP8 / MXFP4 values per scale (32)
+NV_BLOCK = formats.scale_block("nvfp4")  # NVFP4 values per scale (16)
 TARGETS = ("mxfp4", "nvfp4", "fp8")
 # Scale rules per target; the first is the default (see README: least squared error, the same
 # decoders, never worse per block than the standard rule).
@@ -243,7 +243,7 @@ def _split_rows(rows: int, workers: int, run) -> None:
 
 def _check_fp8_rows(weight: np.ndarray, scale: np.ndarray) -> None:
     rows, width = weight.shape
-    if width % BLOCK or scale.shape != (rows, width // BLOCK):
+    if width % BLOCK or scale.shape != (rows, formats.scale_bytes("fp8", width)):
         raise ValueError(
             f"FP8 rows {weight.shape} / scales {scale.shape}: expected [R, W] and [R, W/{BLOCK}]"
         )
@@ -259,8 +259,8 @@ def fp8_to_mxfp4(
     if scale_rule not in SCALE_RULES["mxfp4"]:
         raise ValueError(f"MXFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES['mxfp4']}")
     rows, width = weight.shape
-    codes = np.empty((rows, width // 2), np.uint8)
-    scales = np.empty((rows, width // BLOCK), np.uint8)
+    codes = np.empty((rows, formats.value_bytes("mxfp4", width)), np.uint8)
+    scales = np.empty((rows, formats.scale_bytes("mxfp4", width)), np.uint8)
     fallback = np.empty(rows, np.bool_)
     tables, mse = _mx_tables(), scale_rule == "mse"
 
@@ -291,8 +291,8 @@ def fp8_to_nvfp4(
     if scale_rule not in SCALE_RULES["nvfp4"]:
         raise ValueError(f"NVFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES['nvfp4']}")
     rows, width = weight.shape
-    codes = np.empty((rows, width // 2), np.uint8)
-    scales = np.empty((rows, width // NV_BLOCK), np.uint8)
+    codes = np.empty((rows, formats.value_bytes("nvfp4", width)), np.uint8)
+    scales = np.empty((rows, formats.scale_bytes("nvfp4", width)), np.uint8)
     fallback = np.empty(rows, np.bool_)
     ws2, mse = np.float32(global_scale), scale_rule == "mse"
     tables = _nv_tables()

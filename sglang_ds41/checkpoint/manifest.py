@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from sglang_ds41.config import ConfigError, QuantizationConfig, TextConfig, V41Config
+from sglang_ds41.formats import sizes
 
 BASE = "base"
 NVFP4 = "nvfp4"
@@ -35,9 +36,9 @@ VARIANTS = (BASE, NVFP4)
 ENGRAM_FORMATS = ("fp8", "mxfp4", "nvfp4")
 _PACKED_FORMATS = ("mxfp4", "nvfp4", "engram_mxfp4", "engram_nvfp4")
 
-FP8_BLOCK = 32
-MX_BLOCK = 32
-NV_BLOCK = 16
+FP8_BLOCK = 32  # FP8 linears: one E8M0 scale per 32 x 32 block
+MX_BLOCK = sizes.scale_block("mxfp4")  # 32 values per E8M0 scale
+NV_BLOCK = sizes.scale_block("nvfp4")  # 16 values per E4M3 scale
 
 # Bytes per element of each safetensors dtype the release uses.
 DTYPE_BYTES = {"BF16": 2, "F32": 4, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "U8": 1}
@@ -316,16 +317,13 @@ class _Builder:
 
     def engram_table(self, prefix: str, rows: int, width: int, fmt: str) -> None:
         f, g = f"engram_{fmt}", ENGRAM_TABLES
-        if fmt == "fp8":
-            self.out.append(TensorSpec(f"{prefix}.weight", "F8_E4M3", (rows, width), f, "weight", g))
-        else:
-            self.out.append(TensorSpec(f"{prefix}.weight", "U8", (rows, width // 2), f, "weight", g))
+        values, scales = (rows, sizes.value_bytes(fmt, width)), (rows, sizes.scale_bytes(fmt, width))
+        values_dtype = "F8_E4M3" if fmt == "fp8" else "U8"
+        self.out.append(TensorSpec(f"{prefix}.weight", values_dtype, values, f, "weight", g))
         if fmt == "nvfp4":
-            scales = (rows, width // NV_BLOCK)
             self.out.append(TensorSpec(f"{prefix}.weight_scale", "F8_E4M3", scales, f, "weight_scale", g))
             self.out.append(TensorSpec(f"{prefix}.weight_scale_2", "F32", (), f, "weight_scale_2", g))
         else:
-            scales = (rows, width // MX_BLOCK)
             self.out.append(TensorSpec(f"{prefix}.scale", "F8_E8M0", scales, f, "scale", g))
 
 

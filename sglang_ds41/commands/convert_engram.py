@@ -13,6 +13,10 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from sglang_ds41.engram.layout import HEAD_DIM
+    from sglang_ds41.formats.sizes import bytes_per_row  # torch-free, as `--help` should be
+
+    mx, nv = bytes_per_row("mxfp4", HEAD_DIM), bytes_per_row("nvfp4", HEAD_DIM)
     parser.add_argument("src_dir", metavar="SRC_DIR", help="source checkpoint directory")
     parser.add_argument(
         "dst_dir", metavar="DST_DIR", help="output directory: new/empty, or a previous run's to resume"
@@ -20,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--to",
         default="mxfp4",
-        help="target Engram format: mxfp4 (default, 136 B/row), nvfp4 (144 B/row) or fp8 (from MXFP4)",
+        help=f"target Engram format: mxfp4 (default, {mx} B/row), nvfp4 ({nv} B/row) or fp8 (from MXFP4)",
     )
     parser.add_argument(
         "--scale-rule",

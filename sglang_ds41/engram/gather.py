@@ -32,11 +32,11 @@ from functools import cache
 
 import torch
 
+from sglang_ds41.engram.layout import HEAD_DIM
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats import sizes
 
-HEAD_DIM = 256  # values per row of the official tables (engram_head_dim)
-SCALE_BLOCK = 32  # columns per E8M0 scale (FP8, MXFP4)
-NV_SCALE_BLOCK = 16  # columns per E4M3 scale (NVFP4)
+SCALE_BLOCK = sizes.scale_block("mxfp4")  # columns per E8M0 scale (FP8, MXFP4); head_dim is a multiple
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -70,20 +70,20 @@ class TableFormat:
 
     @property
     def scale_block(self) -> int:
-        return NV_SCALE_BLOCK if self.quant is Quant.NVFP4 else SCALE_BLOCK
+        return sizes.scale_block(self.quant.value)
 
     @property
     def value_bytes(self) -> int:
-        return self.head_dim if self.quant is Quant.FP8 else self.head_dim // 2
+        return sizes.value_bytes(self.quant.value, self.head_dim)
 
     @property
     def scale_bytes(self) -> int:
-        return self.head_dim // self.scale_block
+        return sizes.scale_bytes(self.quant.value, self.head_dim)
 
     @property
     def row_bytes(self) -> int:
-        """264 (FP8), 136 (MXFP4) or 144 (NVFP4) for head_dim 256."""
-        return self.value_bytes + self.scale_bytes
+        """264 (FP8), 136 (MXFP4) or 144 (NVFP4) for head_dim 256 (`formats.sizes.bytes_per_row`)."""
+        return sizes.bytes_per_row(self.quant.value, self.head_dim)
 
 
 FP8 = TableFormat(Quant.FP8)

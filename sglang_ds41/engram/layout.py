@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 # Seed of each layer's multiplier generator = SEED_FACTOR * layer id (not its index).
 SEED_FACTOR = 10007
+HEAD_DIM = 256  # values per row of the official tables (engram_head_dim)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from sglang_ds41.engram.layout import EngramLayerLayout, EngramLayout
+from sglang_ds41.engram.layout import HEAD_DIM, EngramLayerLayout, EngramLayout
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats import sizes
 
 GIB = 1 << 30
 
@@ -28,10 +29,18 @@ class RowFormat:
     layout: str
 
 
+def _row_format(name: str, values: str, scales: str, global_scale: bool = False) -> RowFormat:
+    """`name`'s row of HEAD_DIM values, its sizes from `formats.sizes` (264 / 136 / 144 B)."""
+    v, s = sizes.value_bytes(name, HEAD_DIM), sizes.scale_bytes(name, HEAD_DIM)
+    tail = " + F32 global scale" if global_scale else f" (one scale per {sizes.scale_block(name)})"
+    layout = f"{values} [rows,{v}] + {scales} [rows,{s}]{tail}"
+    return RowFormat(name, sizes.bytes_per_row(name, HEAD_DIM), 4 if global_scale else 0, layout)
+
+
 FORMATS: dict[str, RowFormat] = {
-    "fp8": RowFormat("fp8", 256 + 8, 0, "E4M3 [rows,256] + E8M0 [rows,8] (one scale per 32)"),
-    "mxfp4": RowFormat("mxfp4", 128 + 8, 0, "E2M1 x2 [rows,128] + E8M0 [rows,8] (one scale per 32)"),
-    "nvfp4": RowFormat("nvfp4", 128 + 16, 4, "E2M1 x2 [rows,128] + E4M3 [rows,16] + F32 global scale"),
+    "fp8": _row_format("fp8", "E4M3", "E8M0"),
+    "mxfp4": _row_format("mxfp4", "E2M1 x2", "E8M0"),
+    "nvfp4": _row_format("nvfp4", "E2M1 x2", "E4M3", global_scale=True),
 }
 
 

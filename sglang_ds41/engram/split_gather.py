@@ -31,6 +31,7 @@ import torch
 
 from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
 from sglang_ds41.formats.nvfp4 import dequantize_nvfp4
+from sglang_ds41.formats.sizes import scale_block
 
 try:
     import triton
@@ -38,8 +39,8 @@ try:
 except ImportError:  # pragma: no cover - CPU-only installs without triton
     triton = None
 
-MX_BLOCK = 32  # values per E8M0 scale
-NV_BLOCK = 16  # values per E4M3 scale
+MX_BLOCK = scale_block("mxfp4")  # values per E8M0 scale (32)
+NV_BLOCK = scale_block("nvfp4")  # values per E4M3 scale (16)
 
 
 def mxfp4_rows(

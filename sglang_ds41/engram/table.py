@@ -29,8 +29,10 @@ from pathlib import Path
 
 import torch
 
-from sglang_ds41.engram.gather import HEAD_DIM, Quant, TableFormat, gather_dequantize, pack_rows
+from sglang_ds41.engram.gather import Quant, TableFormat, gather_dequantize, pack_rows
+from sglang_ds41.engram.layout import HEAD_DIM
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats import sizes
 
 # Rows copied per read while loading a shard: bounds the transient extra memory (~35 MB FP8).
 LOAD_CHUNK_ROWS = 1 << 17
@@ -90,21 +92,22 @@ def detect_format(
     dtype, scale_dtype = _st_dtype(dtype), _st_dtype(scale_dtype)
     shape, scale_shape = list(shape), list(scale_shape)
     width = shape[1] if len(shape) == 2 else None
-    if width == head_dim and dtype == "F8_E4M3":
+    fp8_width, fp4_width = sizes.value_bytes("fp8", head_dim), sizes.value_bytes("mxfp4", head_dim)
+    if width == fp8_width and dtype == "F8_E4M3":
         quant = Quant.FP8
-    elif width == head_dim // 2 and dtype in _CODE_DTYPES:
+    elif width == fp4_width and dtype in _CODE_DTYPES:
         quant = Quant.NVFP4 if scale_dtype == "F8_E4M3" else Quant.MXFP4
     else:
         raise EngramTableError(
-            f"Engram table tensor {name!r}: expected F8_E4M3 [rows, {head_dim}] (FP8) or "
-            f"U8/I8 [rows, {head_dim // 2}] (MXFP4, NVFP4), got {dtype} {shape}"
+            f"Engram table tensor {name!r}: expected F8_E4M3 [rows, {fp8_width}] (FP8) or "
+            f"U8/I8 [rows, {fp4_width}] (MXFP4, NVFP4), got {dtype} {shape}"
         )
     if quant is Quant.NVFP4:
-        expected = [shape[0], head_dim // 16]
+        expected = [shape[0], sizes.scale_bytes("nvfp4", head_dim)]
         if scale_shape != expected:
             raise EngramTableError(
                 f"Engram table tensor {scale!r}: expected F8_E4M3 {expected} (NVFP4: one E4M3 scale per "
-                f"16 columns of {name!r}), got {scale_dtype} {scale_shape}"
+                f"{sizes.scale_block('nvfp4')} columns of {name!r}), got {scale_dtype} {scale_shape}"
             )
         if global_scale is None or not (math.isfinite(global_scale) and global_scale >= 0):
             raise EngramTableError(
@@ -116,8 +119,8 @@ def detect_format(
     expected = [shape[0], fmt.scale_bytes]
     if scale_dtype not in _SCALE_DTYPES or scale_shape != expected:
         raise EngramTableError(
-            f"Engram table tensor {scale!r}: expected F8_E8M0 {expected} (one scale per 32 columns "
-            f"of {name!r}), got {scale_dtype} {scale_shape}"
+            f"Engram table tensor {scale!r}: expected F8_E8M0 {expected} (one scale per "
+            f"{fmt.scale_block} columns of {name!r}), got {scale_dtype} {scale_shape}"
         )
     return fmt
 

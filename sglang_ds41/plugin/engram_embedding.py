@@ -35,6 +35,7 @@ from torch import nn
 from sglang_ds41.engram.gather import Quant
 from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gather, nvfp4_rows
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats import sizes
 from sglang_ds41.plugin import upstream as upstream_surface
 from sglang_ds41.plugin.checkpoint_formats import engram_formats, stored_table_tensors
 
@@ -49,23 +50,22 @@ class EngramFormatError(Ds41Error):
 
 @dataclass(frozen=True)
 class _Storage:
-    """One format's two row arrays: the dtypes a checkpoint may store and the widths."""
+    """One format's two row arrays: the dtypes a checkpoint may store (their widths per row are
+    `formats.sizes.value_bytes` / `scale_bytes`)."""
 
     weight_dtypes: tuple[torch.dtype, ...]
-    values_per_weight_byte: int
     scale_name: str  # the checkpoint's (and the parameter's) name of the block scales
     scale_dtype: torch.dtype  # as allocated
     scale_dtypes: tuple[torch.dtype, ...]  # as a checkpoint may store them (same bytes)
-    block: int  # values per scale
 
 
 # 4-bit codes: the official layout says uint8, the third-party MXFP4 release writes int8 (same bytes)
 _CODES = (torch.uint8, torch.int8)
 _E8M0 = (torch.float8_e8m0fnu, torch.uint8)  # E8M0 bits; some writers store plain bytes
 _STORAGE = {
-    Quant.FP8: _Storage((torch.float8_e4m3fn,), 1, "scale", torch.float8_e8m0fnu, _E8M0, 32),
-    Quant.MXFP4: _Storage(_CODES, 2, "scale", torch.float8_e8m0fnu, _E8M0, 32),
-    Quant.NVFP4: _Storage(_CODES, 2, "weight_scale", torch.float8_e4m3fn, (torch.float8_e4m3fn,), 16),
+    Quant.FP8: _Storage((torch.float8_e4m3fn,), "scale", torch.float8_e8m0fnu, _E8M0),
+    Quant.MXFP4: _Storage(_CODES, "scale", torch.float8_e8m0fnu, _E8M0),
+    Quant.NVFP4: _Storage(_CODES, "weight_scale", torch.float8_e4m3fn, (torch.float8_e4m3fn,)),
 }  # fmt: skip
 GLOBAL_SCALE = "weight_scale_2"  # NVFP4's float32 per table
 _ST_NAMES = {
@@ -102,11 +102,19 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         else:
             self._init_4bit(num_embeddings, dim, layer_id, column_bounds)
 
+    def _value_bytes(self, dim: int) -> int:
+        """Bytes per row of the weight: `dim` E4M3 values (FP8) or `dim / 2` E2M1 pairs."""
+        return sizes.value_bytes(self.table_format.value, dim)
+
+    def _scale_bytes(self, dim: int) -> int:
+        """Bytes per row of the block scales: `dim / 32` (FP8, MXFP4) or `dim / 16` (NVFP4)."""
+        return sizes.scale_bytes(self.table_format.value, dim)
+
     def expected_tensors(self, num_embeddings: int, dim: int) -> dict[str, tuple[tuple[str, ...], tuple]]:
         """Table part -> (accepted safetensors dtypes, shape) that the declared format needs."""
         storage = _STORAGE[self.table_format]
-        weight_shape = (num_embeddings, dim // storage.values_per_weight_byte)
-        scale_shape = (num_embeddings, dim // storage.block)
+        weight_shape = (num_embeddings, self._value_bytes(dim))
+        scale_shape = (num_embeddings, self._scale_bytes(dim))
         expected = {
             "weight": (tuple(_ST_NAMES[d] for d in storage.weight_dtypes), weight_shape),
             storage.scale_name: (tuple(_ST_NAMES[d] for d in storage.scale_dtypes), scale_shape),
@@ -148,9 +156,9 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         # upstream's __init__ minus its FP8 allocation (a full-size FP8 shard would be allocated
         # just to be replaced): the same attributes, in 4-bit storage
         nn.Module.__init__(self)
-        storage = _STORAGE[self.table_format]
-        if dim % storage.block:
-            raise EngramFormatError(f"Engram head dim {dim} is not a multiple of {storage.block}")
+        storage, block = _STORAGE[self.table_format], sizes.scale_block(self.table_format.value)
+        if dim % block:
+            raise EngramFormatError(f"Engram head dim {dim} is not a multiple of {block}")
         self.dim = dim
         self.tp_size = get_parallel().tp_size
         tp_rank = get_parallel().tp_rank
@@ -169,8 +177,8 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         if envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.get():
             self._init_host_table(num_embeddings, dim, layer_id)
         else:
-            weight = torch.empty(self.rows, dim // 2, dtype=torch.uint8)
-            scale = torch.empty(self.rows, dim // storage.block, dtype=storage.scale_dtype)
+            weight = torch.empty(self.rows, self._value_bytes(dim), dtype=torch.uint8)
+            scale = torch.empty(self.rows, self._scale_bytes(dim), dtype=storage.scale_dtype)
             self._set_arrays(weight, scale)
         if self.table_format is Quant.NVFP4:
             setattr(self, GLOBAL_SCALE, nn.Parameter(torch.full((), math.nan), requires_grad=False))
@@ -195,14 +203,14 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         storage = _STORAGE[self.table_format]
         layout = envs.SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT.get()
         n = num_embeddings if layout == "shared" else self.rows
-        w_bytes, s_bytes = n * dim // 2, n * (dim // storage.block)
+        w_bytes, s_bytes = n * self._value_bytes(dim), n * self._scale_bytes(dim)
         self.host_table = upstream._HostTable(
             layout, max(1, w_bytes + s_bytes), f"sglang_engram_{layer_id}", get_parallel().tp_group
         )
         raw = self.host_table.bytes[: w_bytes + s_bytes]
         self._set_arrays(
-            raw[:w_bytes].view(n, dim // 2),
-            raw[w_bytes:].view(storage.scale_dtype).view(n, dim // storage.block),
+            raw[:w_bytes].view(n, self._value_bytes(dim)),
+            raw[w_bytes:].view(storage.scale_dtype).view(n, self._scale_bytes(dim)),
         )
         device_ptr = self.host_table.device_ptr
         self._host_table_ptrs = (device_ptr, device_ptr + w_bytes)
@@ -214,7 +222,7 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         is_weight = param is self.weight
         part = "weight" if is_weight else storage.scale_name
         dtypes = storage.weight_dtypes if is_weight else storage.scale_dtypes
-        width = self.dim // storage.values_per_weight_byte if is_weight else self.dim // storage.block
+        width = self._value_bytes(self.dim) if is_weight else self._scale_bytes(self.dim)
         shape = (self.num_embeddings, width)
         if loaded_weight.dtype not in dtypes or tuple(loaded_weight.shape) != shape:
             self._mismatch(part, f"{_spelled(dtypes)} {list(shape)}", loaded_weight)
