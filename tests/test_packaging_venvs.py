@@ -115,9 +115,23 @@ def _report_times(request):
         reporter.write_line("packaging venvs: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMES.items()))
 
 
+def source_tree(dest: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and new ones not ignored), copied to `dest`:
+    setuptools reuses an in-tree `build/`, so a wheel built in place could carry modules that
+    were moved or deleted since the last build."""
+    listed = sh(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    for name in filter(None, listed.stdout.split("\0")):
+        source = REPO / name
+        if source.is_file():  # a deleted file not yet committed is still listed
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    source = source_tree(tmp_path_factory.mktemp("source"))
     sh(
         [
             sys.executable,
@@ -128,7 +142,7 @@ def wheel(tmp_path_factory) -> Path:
             "--no-build-isolation",
             "-w",
             str(out),
-            str(REPO),
+            str(source),
         ]
     )
     [built] = out.glob("sglang_ds41-*.whl")
