@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import tomllib
 from importlib.metadata import PackageNotFoundError, distribution, version
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.test_gpu_environment import applicable
+from tests._constraints import REPO, applicable, assert_pinned_compatibly, read_pins
 
-REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints" / "cpu.txt"
 
 # sglang 0.5.23 requirements that the CPU environment leaves out, and why. The CPU backend
@@ -41,15 +39,7 @@ NOT_NEEDED_ON_CPU = {
 
 
 def pins() -> dict[str, str]:
-    found = {}
-    for line in CONSTRAINTS.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, _, pinned = line.partition("==")
-            assert pinned, f"{CONSTRAINTS.name}: {line!r} is not an exact pin"
-            assert canonicalize_name(name) not in found, f"{name} pinned twice"
-            found[canonicalize_name(name)] = pinned
-    return found
+    return read_pins(CONSTRAINTS)
 
 
 def sglang_requirements() -> list[Requirement]:
@@ -78,10 +68,8 @@ def test_base_serve_and_test_requirements_are_pinned_compatibly():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     pinned = pins()
-    for req in applicable(project["dependencies"] + extras["serve"] + extras["test"]):
-        name = canonicalize_name(req.name)
-        assert name in pinned, f"sglang-ds41 requires {req}, which {CONSTRAINTS.name} does not pin"
-        assert req.specifier.contains(pinned[name], prereleases=True), f"{name}=={pinned[name]} vs {req}"
+    ours = applicable(project["dependencies"] + extras["serve"] + extras["test"])
+    assert_pinned_compatibly(ours, pinned, CONSTRAINTS.name, "sglang-ds41")
 
 
 def test_the_serve_extra_keeps_sglangs_own_pins():

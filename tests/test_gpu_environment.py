@@ -8,47 +8,23 @@ from __future__ import annotations
 
 import tomllib
 from importlib.metadata import distribution
-from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-REPO = Path(__file__).resolve().parents[1]
+from tests._constraints import REPO, applicable, assert_pinned_compatibly, read_pins
+
 CONSTRAINTS = REPO / "constraints" / "gpu-cu13.txt"
-TARGET = {
-    "python_version": "3.11", "python_full_version": "3.11.7", "sys_platform": "linux",
-    "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-    "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": "",
-}  # fmt: skip
 
 
 def pins() -> dict[str, str]:
-    found = {}
-    for line in CONSTRAINTS.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            assert version, f"{CONSTRAINTS.name}: {line!r} is not an exact pin"
-            assert canonicalize_name(name) not in found, f"{name} pinned twice"
-            found[canonicalize_name(name)] = version
-    return found
-
-
-def applicable(requirements: list[str]) -> list[Requirement]:
-    reqs = [Requirement(r) for r in requirements]
-    return [r for r in reqs if r.marker is None or r.marker.evaluate(TARGET)]
+    return read_pins(CONSTRAINTS)
 
 
 def test_every_sglang_requirement_is_pinned_to_a_version_it_accepts():
     pinned = pins()
     required = applicable(distribution("sglang").requires or [])
     assert len(required) > 60  # the whole CUDA stack, not a slim subset
-    for req in required:
-        name = canonicalize_name(req.name)
-        assert name in pinned, f"sglang requires {req}, which {CONSTRAINTS.name} does not pin"
-        assert req.specifier.contains(pinned[name], prereleases=True), (
-            f"{CONSTRAINTS.name} pins {name}=={pinned[name]}, sglang 0.5.23 requires {req}"
-        )
+    assert_pinned_compatibly(required, pinned, CONSTRAINTS.name, "sglang 0.5.23")
     for kernel in ("sglang-kernel", "flashinfer-python", "sgl-deep-gemm", "sgl-flash-mla", "tilelang"):
         assert canonicalize_name(kernel) in pinned
 
@@ -57,7 +33,5 @@ def test_gpu_extra_and_our_own_requirements_are_pinned_compatibly():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     pinned = pins()
     assert pinned["sglang"] == "0.5.23" and pinned["torch"] == "2.14.1"
-    for req in applicable(project["dependencies"] + project["optional-dependencies"]["gpu"]):
-        name = canonicalize_name(req.name)
-        assert name in pinned, f"sglang-ds41 requires {req}, which {CONSTRAINTS.name} does not pin"
-        assert req.specifier.contains(pinned[name], prereleases=True), f"{name}=={pinned[name]} vs {req}"
+    ours = applicable(project["dependencies"] + project["optional-dependencies"]["gpu"])
+    assert_pinned_compatibly(ours, pinned, CONSTRAINTS.name, "sglang-ds41")
