@@ -17,22 +17,12 @@ from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.backend.scripted import DEFAULT_SCRIPTS, JSON_TRIGGER, TOOL_TRIGGER
 
+from .requests import WEATHER_TOOL
+
 pytestmark = pytest.mark.integration
 
 SCRIPT = {s.name: s for s in DEFAULT_SCRIPTS}
 NO_THINKING = {"chat_template_kwargs": {"thinking": False}}
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-            "required": ["city", "unit"],
-        },
-    },
-}
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {

@@ -21,6 +21,8 @@ from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.backend import scripted
 
+from .requests import WEATHER_TOOL
+
 pytestmark = pytest.mark.integration
 
 SCRIPT = {s.name: s for s in scripted.DEFAULT_SCRIPTS}
@@ -30,18 +32,6 @@ PERSON_SCHEMA = {
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "ok": {"type": "boolean"}},
     "required": ["name", "age", "ok"],
     "additionalProperties": False,
-}
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-            "required": ["city", "unit"],
-        },
-    },
 }
 JSON_ASK = [{"role": "user", "content": f"{scripted.JSON_TRIGGER} Describe a person as JSON."}]
 TOOL_ASK = [{"role": "user", "content": f"{scripted.TOOL_TRIGGER} What is the weather in Paris?"}]
