@@ -1,7 +1,12 @@
 """Fixtures shared by every test folder."""
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
+
+from sglang_ds41.checkpoint.tiny import write_tiny
 
 
 @pytest.fixture
@@ -11,3 +16,23 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> Callable[..., Path]:
+    """`tiny_ckpt(variant, engram)` -> a tiny checkpoint directory (seed 0), written once per run."""
+    built: dict[tuple[str, str], Path] = {}
+
+    def get(variant: str = "base", engram: str = "fp8") -> Path:
+        if (variant, engram) not in built:
+            out = tmp_path_factory.mktemp(f"tiny-{variant}-{engram}")
+            built[variant, engram] = write_tiny(out, variant, engram, seed=0)
+        return built[variant, engram]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def ckpt(tiny_ckpt) -> Path:
+    """The base checkpoint with FP8 Engram tables; tests only read it."""
+    return tiny_ckpt()

@@ -7,12 +7,7 @@ runtime context (model path, TP size and rank) that SGLang publishes in a server
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
-
-from sglang_ds41.checkpoint.tiny import write_tiny
 
 
 @pytest.fixture(autouse=True)
@@ -29,16 +24,3 @@ def upstream_engram():
     from sglang.srt.layers import engram
 
     return engram
-
-
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory) -> Callable[[str], Path]:
-    """`tiny_ckpt(engram)` -> a tiny checkpoint (base variant, seed 0), written once per format."""
-    built: dict[str, Path] = {}
-
-    def get(engram: str = "mxfp4") -> Path:
-        if engram not in built:
-            built[engram] = write_tiny(tmp_path_factory.mktemp(f"tiny-{engram}"), "base", engram, seed=0)
-        return built[engram]
-
-    return get

@@ -57,7 +57,7 @@ def test_load_plugins_installs_our_table_class(upstream_engram):
 @pytest.mark.parametrize("engram", ["mxfp4", "nvfp4", "fp8"])
 @pytest.mark.parametrize(("tp_size", "tp_rank"), [(1, 0), (2, 0), (2, 1), (4, 0), (4, 1), (4, 2), (4, 3)])
 def test_rank_lookup_equals_project_table_bit_for_bit(upstream_engram, tiny_ckpt, engram, tp_size, tp_rank):
-    ckpt = tiny_ckpt(engram)
+    ckpt = tiny_ckpt(engram=engram)
     for layer in ENGRAM_LAYERS:
         module, layout = build_engram(upstream_engram, ckpt, layer, tp_size, tp_rank)
         embed = module.embed
@@ -82,7 +82,7 @@ def test_rank_lookup_equals_project_table_bit_for_bit(upstream_engram, tiny_ckpt
 
 @pytest.mark.parametrize("engram", ["mxfp4", "nvfp4"])
 def test_third_party_int8_codes_load_as_the_same_bytes(upstream_engram, tiny_ckpt, engram):
-    ckpt = tiny_ckpt(engram)
+    ckpt = tiny_ckpt(engram=engram)
     module, _ = build_engram(upstream_engram, ckpt, 1)
     load_table(module.embed, ckpt, 1, codes_dtype=torch.int8)
     assert torch.equal(module.embed.weight, checkpoint_tensor(ckpt, "layers.1.engram.embed.weight"))
@@ -92,7 +92,7 @@ def test_whole_upstream_engram_layer_equals_project_gate(upstream_engram, tiny_c
     """Upstream's Engram.forward (table + wkv + gate) vs the project's gate over the same rows."""
     from sglang_ds41.formats import dequantize_fp8_block2d
 
-    ckpt = tiny_ckpt("mxfp4")
+    ckpt = tiny_ckpt(engram="mxfp4")
     layer = 2
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # the served dtype: upstream's wkv takes the default dtype
@@ -177,7 +177,7 @@ def test_tables_that_contradict_the_config_fail_before_allocation_naming_each_te
 ):
     from sglang_ds41.plugin.engram_embedding import EngramFormatError
 
-    ckpt = _with_config(tmp_path, tiny_ckpt(tensors), declared)
+    ckpt = _with_config(tmp_path, tiny_ckpt(engram=tensors), declared)
     with pytest.raises(EngramFormatError) as error:
         build_engram(upstream_engram, ckpt, 1)
     message = str(error.value)
@@ -204,7 +204,7 @@ def test_the_loader_also_checks_every_tensor_it_is_given(
     """Tensors that reach the loader from elsewhere (a hub checkpoint: no headers read first)."""
     from sglang_ds41.plugin.engram_embedding import EngramFormatError
 
-    module, _ = build_engram(upstream_engram, tiny_ckpt(engram), 1)
+    module, _ = build_engram(upstream_engram, tiny_ckpt(engram=engram), 1)
     param = dict(module.embed.named_parameters())[part]
     with pytest.raises(EngramFormatError, match=rf"layers\.1\.engram\.embed\.{part}: .*{re.escape(found)}"):
         param.weight_loader(param, bad)
@@ -214,7 +214,7 @@ def test_partial_conversion_reads_each_layer_in_its_own_format(upstream_engram, 
     """`engram_embed_layers` lists the converted layers; the others stay FP8."""
     from safetensors.torch import load_file, save_file
 
-    mx, fp8 = tiny_ckpt("mxfp4"), tiny_ckpt("fp8")
+    mx, fp8 = tiny_ckpt(engram="mxfp4"), tiny_ckpt(engram="fp8")
     ckpt = _with_config(tmp_path, mx, {"engram_embed_quant": "mxfp4", "engram_embed_layers": [2]})
     index = json.loads((ckpt / "model.safetensors.index.json").read_text())["weight_map"]
     for part in ("weight", "scale"):  # layer 1 back to its FP8 tensors

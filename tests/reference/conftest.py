@@ -1,4 +1,5 @@
-"""Fixtures: one torch thread, tiny checkpoints and the Engram token-map cache, once per session."""
+"""Fixtures: one torch thread, the reference model of a tiny checkpoint (tests/conftest.py) and the
+Engram token-map cache, once per session."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_ds41.checkpoint.tiny import write_tiny
 from sglang_ds41.reference import Transformer
 from sglang_ds41.reference.weights import load_reference
 
@@ -21,20 +21,6 @@ def _one_thread(one_torch_thread):
 @pytest.fixture(scope="session")
 def token_map_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("engram-token-map")
-
-
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory) -> Callable[..., Path]:
-    """`tiny_ckpt(variant, engram)` -> a tiny checkpoint directory (seed 0), written once."""
-    built: dict[tuple[str, str], Path] = {}
-
-    def get(variant: str = "base", engram: str = "fp8") -> Path:
-        if (variant, engram) not in built:
-            out = tmp_path_factory.mktemp(f"tiny-{variant}-{engram}")
-            built[variant, engram] = write_tiny(out, variant, engram, seed=0)
-        return built[variant, engram]
-
-    return get
 
 
 @pytest.fixture(scope="session")
