@@ -18,6 +18,9 @@ from typing import Any
 from .errors import RunLogError
 from .result import Usage
 
+# `message` events whose user-role turn the runner wrote itself (output and tool-call repairs).
+RUNNER_TURN_REASONS = frozenset({"repair", "tool_call_repair"})
+
 PERSISTED = frozenset(
     {
         "run_started",
@@ -65,6 +68,9 @@ class PendingCall:
 @dataclass
 class RunState:
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # positions in `messages` of the runner's own user-role turns (repair prompts): they quote
+    # the model's output, so they vouch for nothing (`trust.Sources.of`)
+    runner_turns: set[int] = field(default_factory=set)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     steps: int = 0
     tool_calls: int = 0
@@ -87,6 +93,8 @@ class RunState:
             self.messages = [dict(m) for m in d["messages"]]
             self.fingerprint = d.get("fingerprint", {})
         elif kind == "message":
+            if d.get("reason") in RUNNER_TURN_REASONS:
+                self.runner_turns.add(len(self.messages))
             self.messages.append(d["message"])
             self.repairs += d.get("reason") == "repair"
             if d.get("reason") == "tool_call_repair":

@@ -641,7 +641,8 @@ class _Loop:
             return None
         guard = self.agent.policies.untrusted_policy(self.agent.tools)
         if guard is not None and not tool.needs_approval:
-            sources = Sources.of(self.state.messages, {t.name: t for t in self.agent.tools})
+            tools = {t.name: t for t in self.agent.tools}
+            sources = Sources.of(self.state.messages, tools, self.state.runner_turns)
             reason = guard.review(tool, prepared.arguments, sources)
             if reason is not None and not approval.approve(tool.name, prepared.arguments):
                 self.finish_call(

@@ -73,11 +73,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-
-from .output import repair_prompt
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -85,8 +83,6 @@ if TYPE_CHECKING:
 Effect = Literal["read", "write", "network", "messages", "payments"]
 EFFECTS: tuple[str, ...] = ("read", "write", "network", "messages", "payments")
 EGRESS = frozenset({"network", "messages", "payments"})
-# The runner's own user-role turns: they quote the model's output, so they vouch for nothing.
-RUNNER_TURNS = (repair_prompt("").split(":")[0] + ":", "Error:")
 
 # Words: split at white space, quotes, brackets and list punctuation; sentence punctuation and
 # bullets at a word's ends dropped. So "ID '13'." holds the word 13, and 2024-05-13 does not.
@@ -152,7 +148,14 @@ class Sources:
     private: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tool, the values of its output)
 
     @classmethod
-    def of(cls, messages: Sequence[dict[str, Any]], tools: dict[str, Tool]) -> Sources:
+    def of(
+        cls,
+        messages: Sequence[dict[str, Any]],
+        tools: dict[str, Tool],
+        runner_turns: Collection[int] = (),
+    ) -> Sources:
+        """`runner_turns`: positions of the runner's own user-role turns (`RunState.runner_turns`),
+        which quote the model's output and so vouch for nothing."""
         calls = {
             call["id"]: (call["function"]["name"], _arguments(call["function"].get("arguments")))
             for message in messages
@@ -163,9 +166,9 @@ class Sources:
         said: list[str] = []
         untrusted: list[Output] = []
         private: list[tuple[str, tuple[str, ...]]] = []
-        for message in messages:
+        for position, message in enumerate(messages):
             role, text = message.get("role"), _text(message.get("content"))
-            if role in ("system", "developer", "user") and not text.startswith(RUNNER_TURNS):
+            if role in ("system", "developer", "user") and position not in runner_turns:
                 trusted.append(words(text))
                 said.append(words(text))
             elif role == "tool":

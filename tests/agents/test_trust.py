@@ -378,9 +378,28 @@ def test_the_runners_own_turns_are_not_the_users_words():
         {"role": "user", "content": "Summarise the page."},
         {"role": "user", "content": repair_prompt("'mallory@evil.example' is not of type 'integer'")},
     ]
-    sources = Sources.of(messages, {})
+    sources = Sources.of(messages, {}, runner_turns={1})
     assert not sources.vouched(words("mallory@evil.example"))
     assert sources.vouched(words("Summarise the page"))
+
+
+def test_a_users_words_count_whatever_they_start_with():
+    from sglang_ds41.agents.trust import Sources, words
+
+    messages = [{"role": "user", "content": "Error: the build fails; email bob@example.com the log."}]
+    assert Sources.of(messages, {}).vouched(words("bob@example.com"))
+
+
+def test_the_run_state_knows_which_turns_the_runner_wrote():
+    from sglang_ds41.agents.events import Event, RunState
+    from sglang_ds41.agents.output import repair_prompt
+
+    state = RunState()
+    state.apply(Event("run_started", {"messages": [{"role": "user", "content": "Error: my words"}]}))
+    repair = {"role": "user", "content": repair_prompt("not an integer")}
+    state.apply(Event("message", {"message": repair, "reason": "repair"}))
+    state.apply(Event("message", {"message": {"role": "user", "content": "x"}, "reason": "tool_call_repair"}))
+    assert state.runner_turns == {1, 2}
 
 
 def test_role_declarations_must_name_parameters():
