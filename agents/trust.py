@@ -304,20 +304,7 @@ def _leaf_values(text: str) -> list[str]:
         value = json.loads(text)
     except ValueError:
         return [text]
-    found: list[str] = []
-
-    def walk(item: Any) -> None:
-        if isinstance(item, dict):
-            for member in item.values():
-                walk(member)
-        elif isinstance(item, list):
-            for member in item:
-                walk(member)
-        elif (scalar := _scalar(item)) is not None:
-            found.append(scalar)
-
-    walk(value)
-    return found
+    return [scalar for _, scalar in _values(value)]
 
 
 def _scalar(item: Any) -> str | None:
@@ -387,10 +374,8 @@ def _values(arguments: Any, param: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(arguments, list | tuple):
         for item in arguments:
             yield from _values(item, param)
-    elif isinstance(arguments, str):
-        yield param, arguments
-    elif isinstance(arguments, int | float) and not isinstance(arguments, bool):
-        yield param, json.dumps(arguments)
+    elif (scalar := _scalar(arguments)) is not None:
+        yield param, scalar
 
 
 def _echoes(arguments: Any) -> set[str]:
