@@ -16,7 +16,10 @@ from importlib.metadata import PackageNotFoundError, distribution
 from urllib.parse import unquote, urlparse
 
 DIST = "sglang-ds41"
-SGLANG = "sglang==0.5.23"
+# The SGLang release everything here is written and pinned against (the plugin's upstream checks,
+# the launcher, the install hints).
+SGLANG_VERSION = "0.5.23"
+SGLANG = f"sglang=={SGLANG_VERSION}"
 
 # Top-level modules of the extras' packages -> the extra that brings them.
 EXTRA_OF_MODULE = {

@@ -24,8 +24,8 @@ import pkgutil
 from collections.abc import Mapping
 
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.install import SGLANG_VERSION
 
-SGLANG_VERSION = "0.5.23"
 ENGRAM = "sglang.srt.layers.engram"
 EMBEDDING = f"{ENGRAM}.EngramEmbedding"
 

@@ -40,14 +40,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_ds41.backend import EXTERNAL_MODEL_PACKAGE
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.install import SGLANG_VERSION
 
-SGLANG_VERSION = "0.5.23"
 SERVED_MODEL_NAME = "DeepSeek-V4.1-Flash"  # what `render` and DeepSeek's API call the model
 CPU_DTYPE = "float32"  # `sglang-ds41 generate`'s default, so both give the same greedy tokens
 
@@ -576,8 +576,6 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
     """The tiny checkpoint, built on first use and reused while its generator is unchanged
     (the directory name carries a hash of `checkpoint/tiny.py`)."""
     import hashlib
-    import shutil
-    import tempfile
 
     try:
         from sglang_ds41.checkpoint import tiny
@@ -585,39 +583,36 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
         raise Ds41Error(f"--tiny: the tiny checkpoint builder is not available ({error})") from error
     stamp = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
     target = cache_dir() / f"tiny-{variant}-{engram}-seed{seed}-{stamp}"
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
-        tiny.write_tiny(building, variant=variant, engram=engram, seed=seed)
-        building.rename(target)  # atomic: a concurrent build that won leaves target in place
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return cached_checkpoint(target, lambda out: tiny.write_tiny(out, variant, engram, seed))
 
 
 def scripted_checkpoint() -> Path:
     """The scripted test checkpoint (`backend/scripted.py`: plays the example agent runs through
     SGLang's real parsers), built on first use, cached by a hash of its config (scripts included)."""
     import hashlib
-    import shutil
-    import tempfile
 
     from sglang_ds41.backend.scripted import scripted_config, write_scripted_checkpoint
 
     key = hashlib.sha256(json.dumps(scripted_config(), sort_keys=True).encode()).hexdigest()[:12]
-    target = cache_dir() / f"scripted-{key}"
+    return cached_checkpoint(cache_dir() / f"scripted-{key}", write_scripted_checkpoint)
+
+
+def cached_checkpoint(target: Path, write: Callable[[Path], object]) -> Path:
+    """`target` once it holds a checkpoint, else `write(folder)` (an empty folder in a staging
+    folder beside it), renamed into place atomically (a concurrent build that won leaves its
+    target in place)."""
+    import shutil
+    import tempfile
+
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{target.name}.", dir=target.parent))
     try:
-        write_scripted_checkpoint(staging / "ckpt")
-        (staging / "ckpt").rename(target)  # atomic: a concurrent build that won leaves target in place
+        building = staging / "ckpt"
+        building.mkdir()
+        write(building)
+        building.rename(target)
     except OSError:
         if not (target / "config.json").is_file():
             raise

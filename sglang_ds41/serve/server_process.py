@@ -32,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.serve.launcher import BIND_FAILED
 
 READY_TIMEOUT_S = 300.0
 
@@ -40,7 +41,6 @@ class ServerError(Ds41Error, RuntimeError):
     """The server died or did not become ready; the message carries its log tail."""
 
 
-BIND_FAILED = "error while attempting to bind on address"
 PORT_RANGE = (30000, 32767)  # above SGLang's rendezvous ports (22000-29999), below ephemeral
 
 
