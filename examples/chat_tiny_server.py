@@ -18,29 +18,14 @@ import sys
 import urllib.request
 
 import openai
-import torch
+from _tiny_server import DTYPES, served_model_dir, server_root  # this folder
 from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 QUESTION = "What is the capital of France? Answer in one word."
-
-
-def server_root(base_url: str) -> str:
-    """The server's own address from its OpenAI API base URL (http://host:port/v1)."""
-    if not base_url.rstrip("/").endswith("/v1"):
-        raise SystemExit(
-            f"--base-url {base_url}: give the OpenAI API URL, ending in /v1 (as for the openai client)"
-        )
-    return base_url.rstrip("/")[: -len("/v1")]
-
-
-def served_model_dir(root: str) -> str:
-    with urllib.request.urlopen(f"{root}/model_info", timeout=60) as reply:
-        return json.loads(reply.read())["model_path"]
 
 
 def server_greedy(base_url: str, ids: list[int], steps: int) -> list[int]:

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import openai
-import torch
+from _tiny_server import DTYPES, served_model_dir, server_root  # this folder
 from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.assets import v41_tokenizer
@@ -31,21 +31,6 @@ from sglang_ds41.reference.weights import load_reference
 from sglang_ds41.vision import GridSpec, build_image_prompt, load_vision_tower, preprocess_image
 
 REQUEST = Path(__file__).parent / "example_harmony.json"
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-
-
-def server_root(base_url: str) -> str:
-    """The server's own address from its OpenAI API base URL (http://host:port/v1)."""
-    if not base_url.rstrip("/").endswith("/v1"):
-        raise SystemExit(
-            f"--base-url {base_url}: give the OpenAI API URL, ending in /v1 (as for the openai client)"
-        )
-    return base_url.rstrip("/")[: -len("/v1")]
-
-
-def served_model_dir(root: str) -> str:
-    with urllib.request.urlopen(f"{root}/model_info", timeout=60) as reply:
-        return json.loads(reply.read())["model_path"]
 
 
 def server_greedy(base_url: str, ids: list[int], images: list[str], steps: int) -> dict:
