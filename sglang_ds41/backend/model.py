@@ -265,7 +265,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         reader, which knows the official layout and its formats."""
         from .weights import load_checkpoint
 
-        engram = {layer.layer: layer.engram for layer in self.model.layers if layer.engram is not None}
+        engram = [layer.engram for layer in self.model.layers if layer.engram is not None]
         load_checkpoint(self, self.model_dir, self.dtype, engram, self.tp)
         if self.v41.vision is not None:
             from sglang_ds41.vision.weights import load_vision_tower
@@ -273,11 +273,11 @@ class DeepseekV41ForCausalLM(nn.Module):
             # Registered after the language model's tensors are filled: its names are its own.
             self.vision_tower = load_vision_tower(self.model_dir, self.dtype).to(self.head.weight.device)
         self.requires_grad_(False).eval()
-        for layer, module in engram.items():
+        for module in engram:
             shard = module.table.shard
             logger.info(
                 "DeepseekV41 Engram layer %d: TP rank %d/%d holds rows %d:%d of %d (%s)",
-                layer,
+                module.layer,
                 self.tp.rank,
                 self.tp.size,
                 shard.start,

@@ -14,7 +14,7 @@ row-sharded on hash-column boundaries. Every error names the tensor.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -44,7 +44,7 @@ def load_checkpoint(
     module: nn.Module,
     model_dir: str | Path,
     dtype: torch.dtype,
-    engram_layers: Mapping[int, EngramLayer],
+    engram_layers: Iterable[EngramLayer],
     tp: TensorParallel = SINGLE,
 ) -> list[str]:
     """Fill `module`'s parameters (and the `table` of each `EngramLayer` in `engram_layers`)

@@ -23,7 +23,7 @@ launcher can ask `tokenizer_json` without torch installed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,22 +118,22 @@ def fill_dense_parameters(
 
 
 def attach_engram_tables(
-    ckpt: Checkpoint, layers: Mapping[int, EngramLayer], tp_rank: int = 0, tp_size: int = 1
+    ckpt: Checkpoint, layers: Iterable[EngramLayer], tp_rank: int = 0, tp_size: int = 1
 ) -> set[str]:
-    """Give each `EngramLayer` (by layer id) its table, read quantised into host memory: rank
-    `tp_rank` of `tp_size` its rows on hash-column boundaries (`engram.table.shard_boundaries`),
-    zero elsewhere; returns the stored tensor names used."""
+    """Give each `EngramLayer` the table of its layer (`EngramLayer.layer`), read quantised into
+    host memory: rank `tp_rank` of `tp_size` its rows on hash-column boundaries
+    (`engram.table.shard_boundaries`), zero elsewhere; returns the stored tensor names used."""
     from sglang_ds41.engram.layout import EngramLayout
     from sglang_ds41.engram.table import EngramTable
 
     text = ckpt.config.text
     layout = EngramLayout.from_config(text)
     used: set[str] = set()
-    for layer, engram in layers.items():
+    for engram in layers:
         engram.table = EngramTable.from_safetensors(
             ckpt.root,
-            f"layers.{layer}.engram",
-            column_starts=layout.layers[layout.index_of(layer)].column_starts(),
+            f"layers.{engram.layer}.engram",
+            column_starts=layout.layers[layout.index_of(engram.layer)].column_starts(),
             tp_rank=tp_rank,
             tp_size=tp_size,
             pin=False,

@@ -46,7 +46,6 @@ def _load(ckpt: Checkpoint, dtype: torch.dtype, token_map_cache: str | Path | No
     config = ckpt.config
     model = Transformer(config, engram_hasher(config, ckpt.root, cache_dir=token_map_cache))
     used = fill_dense_parameters(ckpt, model.named_parameters(), checkpoint_name, dtype, "the model")
-    engram = {layer: model.layers[layer].engram for layer in config.text.engram_layer_ids}
-    used |= attach_engram_tables(ckpt, engram)
+    used |= attach_engram_tables(ckpt, [model.layers[layer].engram for layer in config.text.engram_layer_ids])
     require_all_used(ckpt, used, "the reference model")
     return model.requires_grad_(False).eval()
