@@ -47,6 +47,15 @@ INTERRUPTED = (
 # `max_tokens` of every request unless `model_settings` sets it (None: send none, the server's
 # default): without one SGLang generates up to the context length, minutes on a slow server.
 DEFAULT_MAX_TOKENS = 4096
+
+
+def request_token_limit(model_settings: dict[str, Any]) -> int | None:
+    """The completion-token limit each request asks for under these settings (before a run's
+    `max_total_tokens` caps it): `max_completion_tokens`, else `max_tokens`, else the default;
+    None sends none (the server's default)."""
+    if model_settings.get("max_completion_tokens") is not None:
+        return model_settings["max_completion_tokens"]
+    return model_settings.get("max_tokens", DEFAULT_MAX_TOKENS)
 # The server's extension field for calls it could not parse (sglang_ds41/plugin/parsers.py).
 INVALID_TOOL_CALLS = "invalid_tool_calls"
 MALFORMED = (

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from sglang_ds41.agents import Runner
     from sglang_ds41.agents.errors import AgentConfigError
     from sglang_ds41.agents.output import to_jsonable
-    from sglang_ds41.agents.runner import DEFAULT_MAX_TOKENS
+    from sglang_ds41.agents.runner import request_token_limit
     from sglang_ds41.agents.spec import load_agent
 
     # Like `python -m`: user modules named in the spec resolve from the current directory.
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         agent = dataclasses.replace(
             agent, model_settings={**agent.model_settings, "max_tokens": args.max_tokens}
         )
-    budget = agent.model_settings.get("max_tokens", DEFAULT_MAX_TOKENS)
+    budget = request_token_limit(agent.model_settings)
     progress = Progress(
         sys.stderr, quiet=args.quiet, stream=args.stream, content_to=sys.stderr if args.json else sys.stdout
     )

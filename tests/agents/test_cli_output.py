@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sglang_ds41.agents import Agent, Runner
 from sglang_ds41.agents.runner import DEFAULT_MAX_TOKENS
 from sglang_ds41.agents.testing import Reply, by_turn
@@ -102,3 +103,18 @@ def test_the_spec_finds_its_tool_module_beside_it_from_any_directory(serve, caps
     monkeypatch.delitem(__import__("sys").modules, "weather_calculator", raising=False)
     code, out, _, _ = agent_cli(serve, capsys)
     assert code == 0 and out == ANSWER + "\n"
+
+
+@pytest.mark.parametrize(
+    ("settings", "limit"),
+    [
+        ({}, 4096),
+        ({"max_tokens": 100}, 100),
+        ({"max_tokens": None}, None),  # none sent: the server's default
+        ({"max_completion_tokens": 50, "max_tokens": 100}, 50),  # what SGLang reads first
+    ],
+)
+def test_the_start_line_names_the_limit_each_request_asks_for(settings, limit):
+    from sglang_ds41.agents.runner import request_token_limit
+
+    assert request_token_limit(settings) == limit
