@@ -415,7 +415,8 @@ def describe(launch: Launch) -> str:
 BIND_FAILED = "error while attempting to bind on address"
 
 
-def _tail(path: Path | None, nbytes: int = 64 * 1024) -> str:
+def read_tail(path: Path | None, nbytes: int = 64 * 1024) -> str:
+    """The last `nbytes` of a log as text ('' when there is none), however long the log grew."""
     if path is None:
         return ""
     try:
@@ -429,7 +430,7 @@ def _tail(path: Path | None, nbytes: int = 64 * 1024) -> str:
 def log_excerpt(path: Path | None, max_lines: int = 40) -> str:
     """What a reader needs from a failed server's log: its last traceback (SGLang's launcher
     then kills its children, so that is where the cause is), else its last lines."""
-    lines = _tail(path).splitlines()
+    lines = read_tail(path).splitlines()
     starts = [
         i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")
     ]
@@ -449,7 +450,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float, log_path: Pat
                 f"the server exited with code {proc.returncode} before it was ready{where}"
                 + (f"\n{excerpt}" if excerpt else "")
             )
-        if log_path is not None and BIND_FAILED in _tail(log_path, 4096):
+        if log_path is not None and BIND_FAILED in read_tail(log_path, 4096):
             raise Ds41Error(f"{url}: the port is in use (SGLang could not bind it); pick another with --port")
         try:
             with urllib.request.urlopen(url + "/health_generate", timeout=10) as reply:

@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.serve.launcher import BIND_FAILED
+from sglang_ds41.serve.launcher import BIND_FAILED, read_tail
 
 READY_TIMEOUT_S = 300.0
 
@@ -110,10 +110,8 @@ class Server:
         return self.sampler.peak_bytes / 2**30
 
     def log_tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        text = read_tail(self.log_path)  # bounded: the wait loop asks twice a second
+        return "\n".join(text.splitlines()[-lines:]) if text else "(no log)"
 
     def wait_ready(self, timeout_s: float) -> None:
         while time.monotonic() - self.started_at < timeout_s:
