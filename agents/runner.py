@@ -250,6 +250,7 @@ class _Loop:
         self.started = time.monotonic()
         self.limits = agent.policies.limits
         self.final_value: Any = None
+        self._sources: tuple[int, Sources] | None = None  # (transcript length, its Sources)
 
     # ---- entry points ---------------------------------------------------------------------
 
@@ -650,9 +651,7 @@ class _Loop:
             return None
         guard = self.agent.policies.untrusted_policy(self.agent.tools)
         if guard is not None and not tool.needs_approval:
-            tools = {t.name: t for t in self.agent.tools}
-            sources = Sources.of(self.state.messages, tools, self.state.runner_turns)
-            reason = guard.review(tool, prepared.arguments, sources)
+            reason = guard.review(tool, prepared.arguments, self.sources())
             if reason is not None and not approval.approve(tool.name, prepared.arguments):
                 self.finish_call(
                     call,
@@ -661,6 +660,15 @@ class _Loop:
                 )
                 return None
         return prepared
+
+    def sources(self) -> Sources:
+        """The transcript split by provenance, rebuilt only when it grew (it is append-only):
+        the calls of one turn are reviewed against the same transcript."""
+        length = len(self.state.messages)
+        if self._sources is None or self._sources[0] != length:
+            tools = {t.name: t for t in self.agent.tools}
+            self._sources = (length, Sources.of(self.state.messages, tools, self.state.runner_turns))
+        return self._sources[1]
 
     async def execute(self, prepared: PreparedCall) -> None:
         tool = prepared.tool
