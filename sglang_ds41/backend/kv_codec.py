@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_ds41.formats import e2m1, e8m0
 from sglang_ds41.formats.fp8 import dequantize_fp8_rows
 from sglang_ds41.formats.kv_quant import (
     INDEX_BLOCK,
@@ -33,6 +32,7 @@ from sglang_ds41.formats.kv_quant import (
     quantize_latent_fp4,
     quantize_window_fp8,
 )
+from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -72,16 +72,8 @@ def _latent_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) 
     return dequantize_latent_fp4(codes, scales.view(torch.float8_e4m3fn), dtype=dtype)
 
 
-# byte -> the E2M1 values of its (low, high) nibbles: a packed row decodes with one gather
-_E2M1_PAIRS = torch.tensor([(e2m1.VALUES[b & 15], e2m1.VALUES[b >> 4]) for b in range(256)])
-
-
 def _index_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`dequantize_mxfp4` (same bytes as MXFP4, another scale rule), through the byte-pair table:
-    the indexer decodes every stored key each forward, so this is the hot decode."""
-    pairs = _E2M1_PAIRS.to(codes.device).index_select(0, codes.reshape(-1).long())
-    values = pairs.view(codes.shape[0], -1, INDEX_BLOCK)  # [N, dim / 32, 32] float32
-    return (values * e8m0.decode(scales).unsqueeze(-1)).view(codes.shape[0], -1).to(dtype)
+    return dequantize_mxfp4(codes, scales, dtype=dtype)  # same bytes as MXFP4, another scale rule
 
 
 def window_codec(dim: int) -> RowCodec:

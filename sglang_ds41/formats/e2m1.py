@@ -30,6 +30,18 @@ def decode(codes: torch.Tensor) -> torch.Tensor:
     return table[codes.long()]
 
 
+# byte -> the values of its (low, high) nibbles, so packed bytes decode with one gather
+_PAIRS = torch.tensor([(VALUES[b & 15], VALUES[b >> 4]) for b in range(256)], dtype=torch.float32)
+
+
+def decode_packed(packed: torch.Tensor) -> torch.Tensor:
+    """Bytes [..., K/2] (uint8/int8) -> float32 values [..., K]: ``decode(unpack(packed))`` in one
+    table gather (the hot decode of the 4-bit weights, latents and index keys)."""
+    b = _unpack_checked(packed)
+    pairs = _PAIRS.to(b.device)[b.long()]  # [..., K/2, 2]
+    return pairs.reshape(*b.shape[:-1], b.shape[-1] * 2)
+
+
 def encode(x: torch.Tensor) -> torch.Tensor:
     """Float values (already divided by their scale) -> uint8 codes, RNE, saturating at +-6.
 
@@ -55,8 +67,13 @@ def pack(codes: torch.Tensor) -> torch.Tensor:
 
 def unpack(packed: torch.Tensor) -> torch.Tensor:
     """Bytes [..., K/2] (uint8/int8) -> codes [..., K] as uint8."""
+    b = _unpack_checked(packed)
+    pairs = torch.stack((b & 0x0F, b >> 4), dim=-1)
+    return pairs.reshape(*b.shape[:-1], b.shape[-1] * 2)
+
+
+def _unpack_checked(packed: torch.Tensor) -> torch.Tensor:
     b = packed_bytes(packed, "e2m1 unpack")
     if b.dim() == 0:
         raise FormatError("e2m1 unpack: expected at least one dimension, got a 0-d tensor")
-    pairs = torch.stack((b & 0x0F, b >> 4), dim=-1)
-    return pairs.reshape(*b.shape[:-1], b.shape[-1] * 2)
+    return b

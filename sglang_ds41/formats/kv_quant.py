@@ -52,7 +52,7 @@ def quantize_latent_fp4(c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def dequantize_latent_fp4(
     packed: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16
 ) -> torch.Tensor:
-    values = e2m1.decode(e2m1.unpack(packed))
+    values = e2m1.decode_packed(packed)
     d = values.shape[-1]
     require_multiple(d, LATENT_BLOCK, "fp4 latent codes", dim="unpacked last dim")
     s = as_e4m3(scales, "fp4 latent scales").float()

@@ -92,7 +92,7 @@ def dequantize_mxfp4(
     codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16
 ) -> torch.Tensor:
     """``W[..., j] = e2m1(code[..., j]) * 2**(scale[..., j // 32] - 127)``; codes may be uint8 or int8."""
-    values = e2m1.decode(e2m1.unpack(codes))
+    values = e2m1.decode_packed(codes)
     k = values.shape[-1]
     require_multiple(k, BLOCK, "mxfp4 codes", dim="unpacked last dim")
     s = e8m0.decode(scales)

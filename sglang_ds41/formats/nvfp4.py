@@ -121,7 +121,7 @@ def dequantize_nvfp4(
     """``W[i, j] = e2m1(code) * (float(weight_scale[i, j // 16]) * weight_scale_2)``.
 
     The two scales are multiplied first, as ModelOpt's reference dequantiser does."""
-    values = e2m1.decode(e2m1.unpack(weight))
+    values = e2m1.decode_packed(weight)
     k = values.shape[-1]
     require_multiple(k, BLOCK, "nvfp4 weight", dim="unpacked last dim")
     s = as_e4m3(weight_scale, "nvfp4 weight_scale").float()

@@ -72,8 +72,21 @@ def test_pack_unpack_round_trip_on_all_pairs():
     assert torch.equal(e2m1.unpack(e2m1.pack(codes)), codes)
 
 
+def test_decode_packed_gives_the_values_of_both_nibbles_of_every_byte():
+    every_byte = torch.arange(256, dtype=torch.uint8).reshape(2, 128)
+    expected = [[e2m1.VALUES[b & 15] for b in row] for row in every_byte.tolist()]
+    got = e2m1.decode_packed(every_byte)
+    assert got.dtype == torch.float32 and got.shape == (2, 256)
+    assert got[:, 0::2].tolist() == expected  # low nibble: even column
+    assert got[:, 1::2].tolist() == [[e2m1.VALUES[b >> 4] for b in row] for row in every_byte.tolist()]
+    assert got.signbit().tolist() == e2m1.decode(e2m1.unpack(every_byte)).signbit().tolist()  # -0.0 kept
+    assert torch.equal(e2m1.decode_packed(every_byte.view(torch.int8)), got)
+
+
 def test_bad_inputs_raise_format_errors():
     with pytest.raises(FormatError, match="last dim must be even"):
         e2m1.pack(torch.zeros(3, dtype=torch.uint8))
     with pytest.raises(FormatError, match="uint8/int8"):
         e2m1.unpack(torch.zeros(3, dtype=torch.float32))
+    with pytest.raises(FormatError, match="uint8/int8"):
+        e2m1.decode_packed(torch.zeros(3, dtype=torch.float32))
