@@ -12,7 +12,10 @@ hooks:
   malformed calls come as the `invalid_tool_calls` extension field, never as `tool_calls`;
 * AROUND (`thinking.py`): one thinking decision per V4.1 request (DeepSeek's `thinking` field,
   `reasoning_effort`, our `reasoning_budget`, the server default) for prompt, parser and
-  grammar, so `response_format` / `tool_choice` constrain the answer after the reasoning.
+  grammar, so `response_format` / `tool_choice` constrain the answer after the reasoning;
+* AROUND (`grammar_compile.py`): the grammar of a V4.1 tool choice is compiled token-exact, its
+  DSML tags the DSML token (`call_grammar.py`), so a constrained call is always one our parser
+  reads as a call.
 
 The AROUND hooks act only for the V4.1 chat encoding with the V4.1 parsers; SGLang serves
 every other model as before. Nothing else of upstream is swapped.
@@ -32,9 +35,9 @@ def register() -> None:
     upstream SGLang (importing `engram_embedding` checks the whole upstream surface first)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_ds41.plugin import parsers, thinking
+    from sglang_ds41.plugin import grammar_compile, parsers, thinking
     from sglang_ds41.plugin.engram_embedding import TARGET, Ds41EngramEmbedding
 
     HookRegistry.register(TARGET, Ds41EngramEmbedding, HookType.REPLACE)
-    for target, hook in {**thinking.HOOKS, **parsers.HOOKS}.items():
+    for target, hook in {**thinking.HOOKS, **parsers.HOOKS, **grammar_compile.HOOKS}.items():
         HookRegistry.register(target, hook, HookType.AROUND)

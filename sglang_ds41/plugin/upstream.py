@@ -4,7 +4,8 @@ The plugin subclasses `sglang.srt.layers.engram.EngramEmbedding` and re-implemen
 its methods for 4-bit tables; it calls upstream's private helpers (`_HostTable`,
 `_sorted_host_reads`, `_cuda_kernels`); and it wraps parts of the OpenAI serving layer (the
 deepseek-recipe chat adapter's parsing and streaming, the chat response builder, request
-conversion: `parsers.py`, `thinking.py`). A different SGLang could rename them, change what
+conversion: `parsers.py`, `thinking.py`) and the xgrammar backend's structural-tag compile
+(`grammar_compile.py`). A different SGLang could rename them, change what
 they take, or change what the overridden or wrapped methods do (a new storage mode our
 override would not know, another place the thinking mode is read). So at import the plugin
 checks three things against SGLang 0.5.23 and refuses to hook anything if one differs, naming
@@ -28,6 +29,7 @@ from sglang_ds41.install import SGLANG_VERSION
 
 ENGRAM = "sglang.srt.layers.engram"
 EMBEDDING = f"{ENGRAM}.EngramEmbedding"
+XGRAMMAR_BACKEND = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammarBackend"
 
 # symbol -> str(inspect.signature(symbol)) in SGLang 0.5.23
 SIGNATURES: Mapping[str, str] = {
@@ -115,6 +117,12 @@ SIGNATURES: Mapping[str, str] = {
     "ChatCompletionRequest]'",
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "(self, request: "
     "'OpenAIServingRequest', raw_request: 'Request') -> 'Union[Any, StreamingResponse, ErrorResponse]'",
+    # Token-exact V4.1 tool-call grammars (plugin/grammar_compile.py).
+    f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "(self, key_string: str) -> "
+    "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject",
+    f"{XGRAMMAR_BACKEND}._from_context": "(self, ctx: xgrammar.compiler.CompiledGrammar, key_string: str, "
+    "grammar_stats: sglang.srt.constrained.base_grammar_backend.GrammarStats) -> "
+    "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar",
 }
 
 # method -> first 16 hex digits of sha256(inspect.getsource(method)) in SGLang 0.5.23
@@ -147,6 +155,7 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
     "._convert_to_internal_request": "ec9c8aec44637162",
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "f47d3e8fad409f77",
+    f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "464dce13b1c1ab5a",
 }
 
 

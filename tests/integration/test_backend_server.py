@@ -17,9 +17,11 @@ every other decode step starts at an odd position, resuming the ratio-2 pending 
 
 from __future__ import annotations
 
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+import jsonschema
 import pytest
 import torch
 from sglang_ds41.encoding import encode_prompt, render_request
@@ -126,6 +128,85 @@ def test_a_concurrent_batch_of_different_lengths_equals_each_request_alone(base)
         outs = list(pool.map(base.generate, prompts))
     for prompt, out in zip(prompts, outs, strict=True):
         assert out["output_ids"] == base.expected(prompt)
+
+
+# --- forced tool choice on random weights (the grammar alone makes the call) --------------------
+
+SWITCH_SCHEMA = {
+    "type": "object",
+    "properties": {"unit": {"type": "string", "enum": ["c", "f"]}, "on": {"type": "boolean"}},
+    "required": ["unit", "on"],
+    "additionalProperties": False,
+}
+SWITCH_TOOL = {
+    "type": "function",
+    "function": {"name": "switch", "description": "Set a unit.", "strict": True, "parameters": SWITCH_SCHEMA},
+}
+CUT = 32  # inside the call: its name or its arguments, as the model's tokens fall
+FORCED = {"required": "required", "named": {"type": "function", "function": {"name": "switch"}}}
+
+
+def forced_call(base, choice: str, *, stream: bool, max_tokens: int) -> dict:
+    """A forced tool choice, thinking off, as the plain client sends it; the message as seen."""
+    kwargs = dict(
+        model="default",
+        messages=[{"role": "user", "content": "Switch to Fahrenheit."}],
+        tools=[SWITCH_TOOL],
+        tool_choice=FORCED[choice],
+        parallel_tool_calls=False,
+        reasoning_effort="none",
+        temperature=0,
+        max_tokens=max_tokens,
+    )
+    if not stream:
+        choice_ = base.client.chat.completions.create(**kwargs).choices[0]
+        extra = choice_.message.model_extra or {}
+        calls = [(c.function.name, c.function.arguments) for c in choice_.message.tool_calls or []]
+        return {
+            "content": choice_.message.content or "",
+            "calls": calls,
+            "invalid": extra.get("invalid_tool_calls") or [],
+            "finish": choice_.finish_reason,
+        }
+    content, calls, invalid, finish = [], {}, [], None
+    for chunk in base.client.chat.completions.create(**kwargs, stream=True):
+        for choice_ in chunk.choices:
+            content.append(choice_.delta.content or "")
+            invalid += (choice_.delta.model_extra or {}).get("invalid_tool_calls") or []
+            for call in choice_.delta.tool_calls or []:
+                name, arguments = calls.get(call.index, ("", ""))
+                name += call.function.name or ""
+                calls[call.index] = (name, arguments + (call.function.arguments or ""))
+            finish = choice_.finish_reason or finish
+    ordered = [calls[i] for i in sorted(calls)]
+    return {"content": "".join(content), "calls": ordered, "invalid": invalid, "finish": finish}
+
+
+@pytest.mark.parametrize("choice", sorted(FORCED))
+def test_a_forced_tool_choice_on_random_weights_returns_a_call_the_schema_accepts(base, choice):
+    """SGLang's own grammar lets a model spell the DSML tags as text, which then reached the
+    client as `content`; compiled token-exact, whatever the model picks is a call."""
+    message = forced_call(base, choice, stream=False, max_tokens=300)
+    assert message["finish"] == "tool_calls", message
+    assert message["content"] == "" and message["invalid"] == []
+    [(name, arguments)] = message["calls"]
+    assert name == "switch"
+    jsonschema.validate(json.loads(arguments), SWITCH_SCHEMA)
+    assert forced_call(base, choice, stream=True, max_tokens=300) == message
+
+
+@pytest.mark.parametrize("choice", sorted(FORCED))
+def test_a_forced_call_cut_by_max_tokens_arrives_flagged_with_clean_content(base, choice):
+    message = forced_call(base, choice, stream=False, max_tokens=CUT)
+    assert message["finish"] == "length"
+    assert message["content"] == "" and message["calls"] == []
+    [invalid] = message["invalid"]
+    assert invalid["function"]["name"] and "switch".startswith(invalid["function"]["name"])
+    assert "max_tokens" in invalid["error"]
+    streamed = forced_call(base, choice, stream=True, max_tokens=CUT)
+    assert [{**c, "id": ""} for c in streamed["invalid"]] == [{**c, "id": ""} for c in message["invalid"]]
+    for key in ("content", "calls", "finish"):
+        assert streamed[key] == message[key]
 
 
 # --- NVFP4 experts + NVFP4 Engram, chunked prefill, no radix cache ------------------------------

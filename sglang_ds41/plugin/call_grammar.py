@@ -1,0 +1,340 @@
+"""V4.1 tool-call grammars in which every DSML tag is the DSML *token*, never its spelling.
+
+SGLang constrains a `required` or named `tool_choice` (and strict tools) with xgrammar's
+builtin `deepseek_v4_1` structural tag. Its strings spell `<｜DSML｜ calls>`, its
+`deepseek_v4_1_xml` arguments style spells the parameter tags, and xgrammar matches strings by
+the bytes of tokens, so the text pieces `<`, `｜`, `DSML`, `｜` satisfy it as well as the DSML
+token does. A model under that grammar can write a whole call in spelled DSML, which our
+token-level parser (docs/ENCODING.md §4.4) must read as plain text: with the tiny checkpoint
+and a named tool choice the client got the block in `content` instead of a call.
+
+`token_exact` rewrites such a tag (in its JSON form, as SGLang hands it to the grammar
+backend): each special-token spelling becomes a token element, and each invoke's arguments
+follow the renderer's layout (docs/ENCODING.md §2.7) exactly:
+
+    '<' DSML ' invoke name="NAME">\\n' (PARAM '\\n')+ '</' DSML ' invoke>'   (an empty body: '\\n')
+    PARAM = '<' DSML ' parameter name="KEY" string="true">'  RAW  '</' DSML ' parameter>'
+          | '<' DSML ' parameter name="KEY" string="false">' JSON '</' DSML ' parameter>'
+
+With a schema (strict tools): the declared properties in declared order, the required ones
+present, a string-typed property raw (`enum` / `const` enforced) and any other as JSON of its
+schema; without one (xgrammar's `true`): any keys, raw or JSON values. `grammar_compile.py`
+compiles the result with every special token *reserved*, so no text can stand in for a token
+element and no special token can appear inside raw text or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from sglang_ds41.encoding.special_tokens import Special
+
+Format = dict[str, Any]
+
+V41_ARGUMENTS_STYLE = "deepseek_v4_1_xml"
+V41_CALLS_OPENER = f"<{Special.DSML.value} calls>"
+# json_schema values that constrain nothing (xgrammar's mapping of a non-strict tool).
+_ANY_SCHEMA: tuple[Any, ...] = (True, {}, None)
+# A key of an unconstrained call: what the parser can read back inside name="...".
+_FREE_KEY = r'[^"\n<>]+'
+_MAX_REF_HOPS = 16
+
+
+class UnsupportedTag(ValueError):
+    """The tag has a shape this rewrite does not know; SGLang compiles it unchanged."""
+
+
+def spells_v41_calls(tag: Mapping[str, Any]) -> bool:
+    """The tag constrains V4.1 tool calls (V4.1's calls opener has a space: ` calls`)."""
+    return V41_CALLS_OPENER in json.dumps(tag, ensure_ascii=False)
+
+
+def token_exact(tag: Mapping[str, Any], special_ids: Mapping[str, int]) -> Format:
+    """`tag` with its special spellings as token elements and V4.1 arguments per §2.7."""
+    if tag.get("type", "structural_tag") != "structural_tag" or not isinstance(tag.get("format"), dict):
+        raise UnsupportedTag("not a structural tag with a format")
+    return {"type": "structural_tag", "format": _Rewrite(special_ids).node(tag["format"])}
+
+
+# ---- format constructors -------------------------------------------------------------------
+
+
+def _const(value: str) -> Format:
+    return {"type": "const_string", "value": value}
+
+
+def _seq(*elements: Format) -> Format:
+    flat = [e for e in elements if e != _EMPTY]
+    return flat[0] if len(flat) == 1 else {"type": "sequence", "elements": flat}
+
+
+def _or(elements: list[Format]) -> Format:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
+
+
+def _optional(content: Format) -> Format:
+    return {"type": "optional", "content": content}
+
+
+def _star(content: Format) -> Format:
+    return {"type": "star", "content": content}
+
+
+_EMPTY: Format = {"type": "sequence", "elements": []}
+
+
+class _Rewrite:
+    def __init__(self, special_ids: Mapping[str, int]) -> None:
+        self.ids = dict(special_ids)
+        self.dsml = self._token(Special.DSML.value)
+        self.split_re = re.compile("|".join(re.escape(s) for s in sorted(self.ids, key=len, reverse=True)))
+
+    # ---- text with special spellings ----
+
+    def _token(self, spelling: str) -> Format:
+        if spelling not in self.ids:
+            raise UnsupportedTag(f"no token id for {spelling!r}")
+        return {"type": "token", "token": self.ids[spelling]}
+
+    def pieces(self, text: str) -> list[Format]:
+        out: list[Format] = []
+        start = 0
+        for match in self.split_re.finditer(text):
+            if match.start() > start:
+                out.append(_const(text[start : match.start()]))
+            out.append(self._token(match.group()))
+            start = match.end()
+        if start < len(text):
+            out.append(_const(text[start:]))
+        return out
+
+    def text(self, text: str) -> Format:
+        return _seq(*self.pieces(text)) if text else _EMPTY
+
+    def has_special(self, text: str) -> bool:
+        return bool(self.split_re.search(text))
+
+    def _delimiter(self, text: str | list[str]) -> str | list[str] | Format | None:
+        """A tag's begin/end as TagFormat takes it (text or one token), else None."""
+        if isinstance(text, list):
+            return None if any(self.has_special(t) for t in text) else text
+        pieces = self.pieces(text)
+        if not self.has_special(text):
+            return text
+        return pieces[0] if len(pieces) == 1 else None
+
+    # ---- the format tree ----
+
+    def node(self, node: Format) -> Format:
+        kind = node.get("type")
+        if kind == "const_string":
+            return self.text(node["value"])
+        if kind in ("sequence", "or"):
+            return {**node, "elements": [self.node(e) for e in node["elements"]]}
+        if kind in ("optional", "plus", "star", "repeat"):
+            return {**node, "content": self.node(node["content"])}
+        if kind == "tag":
+            return self.tag(node)
+        if kind == "tags_with_separator":
+            return self.tags_with_separator(node)
+        if kind == "triggered_tags":
+            return self.triggered_tags(node)
+        if kind == "json_schema":
+            if node.get("style") == V41_ARGUMENTS_STYLE:
+                return self.arguments(node.get("json_schema"))
+            if node.get("style", "json") == "json":
+                return node
+        if kind == "any_text":
+            # A reserved token cannot be text, so excluding its spelling would only forbid text.
+            return {**node, "excludes": [s for s in node.get("excludes", []) if s not in self.ids]}
+        if kind in ("regex", "grammar", "token", "exclude_token", "any_tokens") and not self.has_special(
+            json.dumps(node, ensure_ascii=False)
+        ):
+            return node
+        raise UnsupportedTag(f"format {kind!r} ({json.dumps(node, ensure_ascii=False)[:200]})")
+
+    def tag(self, node: Format) -> Format:
+        content = self.node(node["content"])
+        begin, end = self._delimiter(node["begin"]), self._delimiter(node["end"])
+        if begin is not None and end is not None:
+            return {**node, "begin": begin, "content": content, "end": end}
+        if content.get("type") == "any_text" or isinstance(node["end"], list):
+            raise UnsupportedTag("free text delimited by text and special tokens")
+        return _seq(self.text(node["begin"]), content, self.text(node["end"]))
+
+    def tags_with_separator(self, node: Format) -> Format:
+        tags = [self.tag(t) for t in node["tags"]]
+        if all(t.get("type") == "tag" for t in tags) and not self.has_special(node.get("separator", "")):
+            return {**node, "tags": tags}
+        one = _or(tags)
+        body = one
+        if not node.get("stop_after_first", False):
+            body = _seq(one, _star(_seq(self.text(node.get("separator", "")), one)))
+        return body if node.get("at_least_one", False) else _optional(body)
+
+    def triggered_tags(self, node: Format) -> Format:
+        """Free text until the DSML token, then the tag (the text before the token, `<`, is
+        free text: a token trigger is a single token)."""
+        tags = []
+        for trigger in node["triggers"]:
+            head = self.pieces(trigger)
+            at = next((i for i, p in enumerate(head) if p.get("type") == "token"), None)
+            if at is None or any(p.get("type") == "token" for p in head[at + 1 :]):
+                raise UnsupportedTag(f"trigger {trigger!r} is not one special token and text")
+        for tag in node["tags"]:
+            pieces = self.pieces(tag["begin"])
+            at = next((i for i, p in enumerate(pieces) if p.get("type") == "token"), None)
+            if at is None or isinstance(tag["end"], list):
+                raise UnsupportedTag(f"triggered tag {tag['begin']!r} has no special token")
+            end = self.pieces(tag["end"])
+            if not end:
+                raise UnsupportedTag(f"triggered tag {tag['begin']!r} has no end")
+            # The tag's end must be non-empty for xgrammar: the last piece of upstream's end.
+            last = end[-1]["value"] if end[-1]["type"] == "const_string" else end[-1]
+            tags.append(
+                {
+                    "type": "tag",
+                    "begin": pieces[at],
+                    "content": _seq(*pieces[at + 1 :], self.node(tag["content"]), *end[:-1]),
+                    "end": last,
+                }
+            )
+        excludes = node.get("excludes", [])
+        if any(e not in self.ids for e in excludes):
+            raise UnsupportedTag(f"text excludes {excludes!r} in a token-triggered tag")
+        return {
+            "type": "token_triggered_tags",
+            "trigger_tokens": sorted({t["begin"]["token"] for t in tags}),
+            "tags": tags,
+            "exclude_tokens": [self.ids[e] for e in excludes],
+            "at_least_one": node.get("at_least_one", False),
+            "stop_after_first": node.get("stop_after_first", False),
+        }
+
+    # ---- one invoke's arguments (ENCODING.md §2.7) ----
+
+    def arguments(self, schema: Any) -> Format:
+        """The invoke body after `name="NAME">\\n`: each parameter then a newline; none: one
+        newline (`<D invoke name="f">\\n\\n</D invoke>`)."""
+        newline = _const("\n")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if schema in _ANY_SCHEMA or not isinstance(properties, dict) or not properties:
+            if isinstance(schema, dict) and schema.get("additionalProperties") is False:
+                return newline
+            return _or([newline, {"type": "plus", "content": _seq(self.free_parameter(), newline)}])
+        defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
+        required = set(schema.get("required", []))
+        items = [
+            (name in required, _seq(self.parameter(name, sub, defs), newline))
+            for name, sub in properties.items()
+        ]
+        if any(needed for needed, _ in items):
+            return _seq(*(item if needed else _optional(item) for needed, item in items))
+        # All optional: at least one (then the later ones optional) or the empty body.
+        firsts = [
+            _seq(item, *(_optional(later) for _, later in items[i + 1 :]))
+            for i, (_, item) in enumerate(items)
+        ]
+        return _or([newline, *firsts])
+
+    def _open(self, key_part: Format, string: str) -> Format:
+        opening = _const(f'" string="{string}">')
+        return _seq(_const("<"), self.dsml, _const(' parameter name="'), key_part, opening)
+
+    def _close(self) -> Format:
+        return _seq(_const("</"), self.dsml, _const(" parameter>"))
+
+    def _raw(self, key_part: Format) -> Format:
+        """A raw string value: any text up to `</` DSML (the token ends it; text cannot)."""
+        return _seq(
+            _const("<"),
+            self.dsml,
+            _const(' parameter name="'),
+            key_part,
+            {
+                "type": "tag",
+                "begin": '" string="true">',
+                "content": _seq({"type": "any_text", "excludes": []}, _const("</")),
+                "end": self.dsml,
+            },
+            _const(" parameter>"),
+        )
+
+    def parameter(self, name: str, schema: Any, defs: Mapping[str, Any]) -> Format:
+        key = _const(name)
+        resolved = _resolve(schema, defs)
+        raw_only, raw_allowed = _string_kinds(resolved, defs)
+        variants = []
+        if raw_allowed:
+            literals = _string_literals(resolved)
+            if literals is None:
+                variants.append(self._raw(key))
+            else:
+                one_of = _or([_const(v) for v in literals])
+                variants.append(_seq(self._open(key, "true"), one_of, self._close()))
+        if not raw_only:
+            value_schema = {**schema, **defs} if isinstance(schema, dict) and defs else schema
+            value = {"type": "json_schema", "json_schema": value_schema if value_schema is not None else True}
+            variants.append(_seq(self._open(key, "false"), value, self._close()))
+        return _or(variants)
+
+    def free_parameter(self) -> Format:
+        key = {"type": "regex", "pattern": _FREE_KEY}
+        any_json = {"type": "json_schema", "json_schema": True}
+        json_value = _seq(self._open(key, "false"), any_json, self._close())
+        return _or([self._raw(key), json_value])
+
+
+# ---- what a property schema admits --------------------------------------------------------
+
+
+def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """Follow local `#/$defs/...` references (type decisions only; JSON values keep them)."""
+    for _ in range(_MAX_REF_HOPS):
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str):
+            return schema
+        for section in ("$defs", "definitions"):
+            prefix = f"#/{section}/"
+            if ref.startswith(prefix) and ref[len(prefix) :] in defs.get(section, {}):
+                schema = defs[section][ref[len(prefix) :]]
+                break
+        else:
+            return {}  # unresolvable here: decide nothing
+    return schema
+
+
+def _string_kinds(schema: Any, defs: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(only a string is valid, a string may be valid): a string value is written raw."""
+    if not isinstance(schema, dict):
+        return False, schema is not False
+    literals = _string_literals(schema)
+    if literals is not None:
+        return True, True
+    kind = schema.get("type")
+    if kind == "string":
+        return True, True
+    if isinstance(kind, list):
+        return kind == ["string"], "string" in kind
+    if kind is not None:
+        return False, False
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return False, any(_string_kinds(_resolve(s, defs), defs)[1] for s in schema[key])
+    return False, True
+
+
+def _string_literals(schema: Any) -> list[str] | None:
+    """The strings an `enum` / `const` allows when every allowed value is a string."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        values = [schema["const"]]
+    elif isinstance(schema.get("enum"), list):
+        values = schema["enum"]
+    else:
+        return None
+    return values if values and all(isinstance(v, str) for v in values) else None
