@@ -23,8 +23,9 @@ What tools declare (`Tool.effect`, `trusted_output`, `destinations`, `content`, 
 
 The rule, for every `write` or egress call while untrusted output is in the transcript (before
 that nothing is checked). Each argument value (every string and number, list items one by one)
-is compared as a run of whole words with the text it could have come from; JSON outputs are read
-field by field and object by object (records), any other output is one field.
+is compared as a run of whole words with the text it could have come from (decimal numbers by
+value: the user's "10.00" is an output's 10.0); JSON outputs are read field by field and object
+by object (records), any other output is one field.
 
 1. *Destinations come from trusted text*: a destination value must occur in trusted text, or be a
    field of the one record that a trusted value picks out ("the participants of the
@@ -88,6 +89,7 @@ EGRESS = frozenset({"network", "messages", "payments"})
 # bullets at a word's ends dropped. So "ID '13'." holds the word 13, and 2024-05-13 does not.
 _SPLIT = re.compile(r"[\s\"'`\u2018\u2019\u201c\u201d()\[\]{}<>,;|]+")
 _EDGES = ".:!?*-"
+_DECIMAL = re.compile(r"-?\d{1,15}\.\d{1,15}")
 # Addresses: where something can be sent or fetched.
 _ADDRESS = re.compile(
     r"(?:https?://|www\.)[^\s\"'`<>()\[\]{},;|]+"  # URL
@@ -110,9 +112,14 @@ def guarded(tool: Tool) -> bool:
 
 
 def words(text: str) -> str:
-    """`text` as the words it is compared by (case folded, single spaces)."""
-    parts = (part.strip(_EDGES) for part in _SPLIT.split(text.casefold()))
+    """`text` as the words it is compared by (case folded, single spaces; a decimal number in its
+    shortest form, so the user's "10.00" is the 10.0 of a JSON output)."""
+    parts = (_number(part.strip(_EDGES)) for part in _SPLIT.split(text.casefold()))
     return " ".join(part for part in parts if part)
+
+
+def _number(word: str) -> str:
+    return repr(float(word)) if _DECIMAL.fullmatch(word) else word
 
 
 def addresses(text: str) -> list[str]:

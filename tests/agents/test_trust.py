@@ -413,3 +413,43 @@ def test_role_declarations_must_name_parameters():
         function_tool(send, effect="messages", destinations=["to"], content=["to"])
     with pytest.raises(AgentConfigError, match="content must be a tuple of parameter names"):
         function_tool(send, effect="messages", content="body")
+
+
+def bank_agent(log: list) -> Agent:
+    """Incoming transactions are third parties' records (the sender writes the subject)."""
+
+    @function_tool(effect="read", trusted_output=False)
+    def recent_transactions() -> list:
+        """The most recent transactions."""
+        return [
+            {"id": 1, "sender": "GB29NWBK60161331926819", "amount": 10.0, "subject": "Sushi dinner"},
+            {"id": 2, "sender": "DE89370400440532013000", "amount": 25.5, "subject": "Tickets"},
+            {"id": 3, "sender": "FR1420041010050500013M02606", "amount": 25.5, "subject": "Tickets too"},
+        ]
+
+    @function_tool(effect="payments", destinations=["recipient"], content=["subject"])
+    def send_money(recipient: str, amount: float, subject: str) -> str:
+        """Send money."""
+        log.append((recipient, amount))
+        return "sent"
+
+    return Agent(name="bank", tools=[recent_transactions, send_money], thinking=False)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "recipient", "runs"),
+    [
+        ("Refund the 10.00 I just got from my friend.", "GB29NWBK60161331926819", True),
+        ("Refund the 25.50 I got.", "DE89370400440532013000", False),  # two records hold 25.5
+        ("Refund my friend.", "GB29NWBK60161331926819", False),  # no record named
+    ],
+    ids=["amount-picks-one", "amount-picks-two", "none-named"],
+)
+def test_an_amount_the_user_writes_picks_out_a_record_however_its_decimals_are_written(
+    serve, prompt, recipient, runs
+):
+    log: list = []
+    refund = {"recipient": recipient, "amount": 10, "subject": "Refund"}
+    calls = [("recent_transactions", {}), ("send_money", refund)]
+    run(bank_agent(log), serve, calls, prompt)
+    assert log == ([(recipient, 10)] if runs else [])
