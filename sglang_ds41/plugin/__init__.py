@@ -17,8 +17,9 @@ hooks:
   DSML tags the DSML token (`call_grammar.py`), so a constrained call is always one our parser
   reads as a call.
 
-The AROUND hooks act only for the V4.1 chat encoding with the V4.1 parsers; SGLang serves
-every other model as before. Nothing else of upstream is swapped.
+The AROUND hooks act only for V4.1: the serving hooks for the V4.1 chat encoding with the V4.1
+parsers, the grammar hook for tags of V4.1 calls on the V4.1 vocabulary. SGLang serves every
+other model as before. Nothing else of upstream is swapped.
 
 Importing this package is free: SGLang is imported only when `register` runs, so the project's
 GPU check scripts and CPU tools never pay for it. `SGLANG_PLUGINS` (SGLang's own allow-list)

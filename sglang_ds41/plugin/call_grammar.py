@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sglang_ds41.encoding.special_tokens import Special
@@ -38,8 +39,9 @@ V41_ARGUMENTS_STYLE = "deepseek_v4_1_xml"
 V41_CALLS_OPENER = f"<{Special.DSML.value} calls>"
 # json_schema values that constrain nothing (xgrammar's mapping of a non-strict tool).
 _ANY_SCHEMA: tuple[Any, ...] = (True, {}, None)
-# A key of an unconstrained call: what the parser can read back inside name="...".
-_FREE_KEY = r'[^"\n<>]+'
+# A key of an unconstrained call: what the parser reads back as a JSON key from name="..."
+# (it ends the name at a space, and writes it into the JSON unescaped).
+_FREE_KEY = r'[^"\\<>\x00-\x20]+'
 _MAX_REF_HOPS = 16
 
 
@@ -111,14 +113,18 @@ class _Rewrite:
             out.append(_const(text[start:]))
         return out
 
-    def text(self, text: str) -> Format:
+    def text(self, text: str | Format) -> Format:
+        if isinstance(text, dict):  # already a format (a token element)
+            return text
         return _seq(*self.pieces(text)) if text else _EMPTY
 
     def has_special(self, text: str) -> bool:
         return bool(self.split_re.search(text))
 
-    def _delimiter(self, text: str | list[str]) -> str | list[str] | Format | None:
+    def _delimiter(self, text: str | list[str] | Format) -> str | list[str] | Format | None:
         """A tag's begin/end as TagFormat takes it (text or one token), else None."""
+        if isinstance(text, dict):  # already a token element
+            return text
         if isinstance(text, list):
             return None if any(self.has_special(t) for t in text) else text
         pieces = self.pieces(text)
@@ -144,6 +150,8 @@ class _Rewrite:
             return self.triggered_tags(node)
         if kind == "json_schema":
             if node.get("style") == V41_ARGUMENTS_STYLE:
+                if node.get("any_order"):
+                    raise UnsupportedTag("arguments in any order")
                 return self.arguments(node.get("json_schema"))
             if node.get("style", "json") == "json":
                 return node
@@ -161,8 +169,8 @@ class _Rewrite:
         begin, end = self._delimiter(node["begin"]), self._delimiter(node["end"])
         if begin is not None and end is not None:
             return {**node, "begin": begin, "content": content, "end": end}
-        if content.get("type") == "any_text" or isinstance(node["end"], list):
-            raise UnsupportedTag("free text delimited by text and special tokens")
+        if _open_ended(content) or isinstance(node["end"], list):
+            raise UnsupportedTag("open-ended content delimited by text and special tokens")
         return _seq(self.text(node["begin"]), content, self.text(node["end"]))
 
     def tags_with_separator(self, node: Format) -> Format:
@@ -176,8 +184,9 @@ class _Rewrite:
         return body if node.get("at_least_one", False) else _optional(body)
 
     def triggered_tags(self, node: Format) -> Format:
-        """Free text until the DSML token, then the tag (the text before the token, `<`, is
-        free text: a token trigger is a single token)."""
+        """Free text until the DSML token, then the tag. The text before the token (`<`) stays
+        free text, since xgrammar dispatches on one token and cannot look back: a model that
+        leaves it out writes the block as content (under `auto` only; see docs/ENCODING.md §4.4)."""
         tags = []
         for trigger in node["triggers"]:
             head = self.pieces(trigger)
@@ -221,16 +230,25 @@ class _Rewrite:
         newline (`<D invoke name="f">\\n\\n</D invoke>`)."""
         newline = _const("\n")
         properties = schema.get("properties") if isinstance(schema, dict) else None
+        free = {"type": "plus", "content": _seq(self.free_parameter(), newline)}
         if schema in _ANY_SCHEMA or not isinstance(properties, dict) or not properties:
             if isinstance(schema, dict) and schema.get("additionalProperties") is False:
                 return newline
-            return _or([newline, {"type": "plus", "content": _seq(self.free_parameter(), newline)}])
-        defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
+            return _or([newline, free])
+        unsupported = sorted(_UNSUPPORTED_OBJECT_KEYWORDS & set(schema))
+        if schema.get("additionalProperties") not in (None, False):
+            unsupported.append("additionalProperties")  # a free key could repeat a declared one
         required = set(schema.get("required", []))
+        if unsupported or not required <= set(properties):
+            what = unsupported or "required names it does not declare"
+            raise UnsupportedTag(f"arguments schema with {what}")
+        _check_refs(schema)
+        defs = {k: schema[k] for k in ("$defs", "definitions") if isinstance(schema.get(k), dict)}
         items = [
             (name in required, _seq(self.parameter(name, sub, defs), newline))
             for name, sub in properties.items()
         ]
+        # Only the declared keys (xgrammar's strict default for an unset additionalProperties).
         if any(needed for needed, _ in items):
             return _seq(*(item if needed else _optional(item) for needed, item in items))
         # All optional: at least one (then the later ones optional) or the empty body.
@@ -265,20 +283,19 @@ class _Rewrite:
 
     def parameter(self, name: str, schema: Any, defs: Mapping[str, Any]) -> Format:
         key = _const(name)
-        resolved = _resolve(schema, defs)
-        raw_only, raw_allowed = _string_kinds(resolved, defs)
+        kinds = _kinds(_resolve(schema, defs), defs)
         variants = []
-        if raw_allowed:
-            literals = _string_literals(resolved)
-            if literals is None:
+        if kinds.raw:
+            if kinds.literals is None:
                 variants.append(self._raw(key))
             else:
-                one_of = _or([_const(v) for v in literals])
+                one_of = _or([_const(v) for v in kinds.literals])
                 variants.append(_seq(self._open(key, "true"), one_of, self._close()))
-        if not raw_only:
-            value_schema = {**schema, **defs} if isinstance(schema, dict) and defs else schema
-            value = {"type": "json_schema", "json_schema": value_schema if value_schema is not None else True}
+        if kinds.json:
+            value = {"type": "json_schema", "json_schema": _with_defs(schema, defs)}
             variants.append(_seq(self._open(key, "false"), value, self._close()))
+        if not variants:
+            raise UnsupportedTag(f"parameter {name!r}: its schema admits no value")
         return _or(variants)
 
     def free_parameter(self) -> Format:
@@ -290,6 +307,51 @@ class _Rewrite:
 
 # ---- what a property schema admits --------------------------------------------------------
 
+# Object keywords the parameter grammar does not express (it would refuse valid calls).
+_UNSUPPORTED_OBJECT_KEYWORDS = frozenset({"patternProperties", "propertyNames", "dependentRequired",
+                                          "dependentSchemas", "dependencies", "unevaluatedProperties"})
+_LOCAL_REF_PREFIXES = ("#/$defs/", "#/definitions/")
+
+
+@dataclass(frozen=True)
+class _Kinds:
+    """How a property's value may be written: raw (`string="true"`, any text or only
+    `literals`) and/or as JSON (`string="false"`)."""
+
+    raw: bool
+    literals: tuple[str, ...] | None
+    json: bool
+
+
+_ANYTHING = _Kinds(raw=True, literals=None, json=True)
+
+
+def _kinds(schema: Any, defs: Mapping[str, Any]) -> _Kinds:
+    """A string value is written raw; anything else (or a string) as JSON of the schema."""
+    if schema is False:
+        return _Kinds(raw=False, literals=None, json=False)
+    if not isinstance(schema, dict):
+        return _ANYTHING
+    if "const" in schema or isinstance(schema.get("enum"), list):
+        values = [schema["const"]] if "const" in schema else schema["enum"]
+        strings = tuple(v for v in values if isinstance(v, str))
+        return _Kinds(raw=bool(strings), literals=strings, json=len(strings) < len(values))
+    kind = schema.get("type")
+    if kind == "string":
+        return _Kinds(raw=True, literals=None, json=False)
+    if isinstance(kind, list):
+        return _Kinds(raw="string" in kind, literals=None, json=kind != ["string"])
+    if kind is not None:
+        return _Kinds(raw=False, literals=None, json=True)
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            branches = [_kinds(_resolve(s, defs), defs) for s in schema[key]]
+            raw = [b for b in branches if b.raw]
+            unrestricted = any(b.literals is None for b in raw)
+            literals = None if unrestricted else tuple(v for b in raw for v in b.literals or ())
+            return _Kinds(raw=bool(raw), literals=literals, json=any(b.json for b in branches))
+    return _ANYTHING
+
 
 def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
     """Follow local `#/$defs/...` references (type decisions only; JSON values keep them)."""
@@ -297,44 +359,45 @@ def _resolve(schema: Any, defs: Mapping[str, Any]) -> Any:
         ref = schema.get("$ref") if isinstance(schema, dict) else None
         if not isinstance(ref, str):
             return schema
-        for section in ("$defs", "definitions"):
-            prefix = f"#/{section}/"
-            if ref.startswith(prefix) and ref[len(prefix) :] in defs.get(section, {}):
-                schema = defs[section][ref[len(prefix) :]]
-                break
-        else:
+        section, _, name = ref[2:].partition("/")
+        if name not in defs.get(section, {}):
             return {}  # unresolvable here: decide nothing
+        schema = defs[section][name]
     return schema
 
 
-def _string_kinds(schema: Any, defs: Mapping[str, Any]) -> tuple[bool, bool]:
-    """(only a string is valid, a string may be valid): a string value is written raw."""
-    if not isinstance(schema, dict):
-        return False, schema is not False
-    literals = _string_literals(schema)
-    if literals is not None:
-        return True, True
-    kind = schema.get("type")
-    if kind == "string":
-        return True, True
-    if isinstance(kind, list):
-        return kind == ["string"], "string" in kind
-    if kind is not None:
-        return False, False
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list):
-            return False, any(_string_kinds(_resolve(s, defs), defs)[1] for s in schema[key])
-    return False, True
+def _check_refs(node: Any) -> None:
+    """Only `#/$defs/...` and `#/definitions/...` references survive moving a property's schema
+    out of the arguments schema; anything else (`#`, a JSON pointer elsewhere) is refused."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if ref is not None and not (isinstance(ref, str) and ref.startswith(_LOCAL_REF_PREFIXES)):
+            raise UnsupportedTag(f"reference {ref!r} in an arguments schema")
+        for value in node.values():
+            _check_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            _check_refs(value)
 
 
-def _string_literals(schema: Any) -> list[str] | None:
-    """The strings an `enum` / `const` allows when every allowed value is a string."""
-    if not isinstance(schema, dict):
-        return None
-    if "const" in schema:
-        values = [schema["const"]]
-    elif isinstance(schema.get("enum"), list):
-        values = schema["enum"]
-    else:
-        return None
-    return values if values and all(isinstance(v, str) for v in values) else None
+def _with_defs(schema: Any, defs: Mapping[str, Any]) -> Any:
+    """A property's schema carrying the arguments schema's definitions (its own win)."""
+    if schema is None:
+        return True
+    if not isinstance(schema, dict) or not defs:
+        return schema
+    merged = dict(schema)
+    for section, entries in defs.items():
+        own = schema.get(section)
+        merged[section] = {**entries, **own} if isinstance(own, dict) else dict(entries)
+    return merged
+
+
+def _open_ended(node: Format) -> bool:
+    """Content whose end xgrammar finds only from the tag's end string."""
+    kind = node.get("type")
+    if kind in ("any_text", "triggered_tags", "token_triggered_tags", "any_tokens"):
+        return True
+    if kind == "sequence" and node.get("elements"):
+        return _open_ended(node["elements"][-1])
+    return False

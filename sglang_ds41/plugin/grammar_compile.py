@@ -72,7 +72,12 @@ class TokenExactCompiler:
         self.compile = functools.lru_cache(maxsize=_COMPILED_PER_BACKEND)(self._compile)
 
     def _compile(self, key_string: str) -> Any:
-        tag = call_grammar.token_exact(json.loads(key_string), special_ids())
+        try:
+            tag = call_grammar.token_exact(json.loads(key_string), special_ids())
+        except call_grammar.UnsupportedTag:
+            raise
+        except Exception as error:  # a shape the rewrite misreads: upstream compiles it as it is
+            raise call_grammar.UnsupportedTag(f"{type(error).__name__}: {error}") from error
         return self._compiler.compile_structural_tag(json.dumps(tag))
 
 
@@ -81,6 +86,11 @@ def _compiler_of(backend: Any) -> TokenExactCompiler | None:
     if state is None:
         info = getattr(backend, "_tokenizer_info", None)
         v41 = info is not None and serves_v41_vocabulary(info.decoded_vocab)
+        if not v41:
+            logger.warning(
+                "sglang-ds41: V4.1 tool-call grammars on a vocabulary that is not V4.1's; they are "
+                "compiled as SGLang builds them (DSML tags may then be spelled as text)"
+            )
         state = TokenExactCompiler(info) if v41 else False
         setattr(backend, _STATE, state)
     return state or None

@@ -55,7 +55,21 @@ NESTED = {
     "required": ["where", "tags", "label"],
     "$defs": {"place": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]}},
 }
+MIXED = {
+    "type": "object",
+    "properties": {
+        "level": {"enum": [1, 2, "max"]},
+        "mode": {"anyOf": [{"const": "on"}, {"const": "off"}]},
+        "when": {"$ref": "#/$defs/slot"},
+    },
+    "required": ["level", "mode"],
+    "$defs": {
+        "slot": {"type": "object", "properties": {"at": {"$ref": "#/$defs/hour"}}},
+        "hour": {"type": "integer"},
+    },
+}
 TOOLS = {
+    "mixed": {"strict": True, "parameters": MIXED},
     "get_weather": {"strict": True, "parameters": WEATHER},
     "toggle": {"strict": True, "parameters": OPTIONAL_ONLY},
     "locate": {"strict": True, "parameters": NESTED},
@@ -128,6 +142,9 @@ ACCEPTED = {
     "string of a string-or-null": [("locate", {"where": {"lat": -2}, "tags": [], "label": "x"})],
     "any arguments": [("echo", {"v": [1, {"k": None}], "s": "<｜User｜> spelled", "n": -0.5})],
     "two calls": [("get_weather", {"city": "a"}), ("echo", {"x": 1})],
+    "enum member that is a number": [("mixed", {"level": 2, "mode": "on"})],
+    "enum member that is a string": [("mixed", {"level": "max", "mode": "off"})],
+    "ref to a ref": [("mixed", {"level": 1, "mode": "on", "when": {"at": 9}})],
 }
 ALL_TOOLS = list(TOOLS)
 
@@ -162,6 +179,10 @@ REFUSED = {
     "undeclared key": [("get_weather", {"city": "x", "extra": 1})],
     "number where an object is": [("locate", {"where": 1, "tags": [], "label": None})],
     "undeclared tool": [("nope", {})],
+    "a string outside a mixed enum": [("mixed", {"level": "min", "mode": "on"})],
+    "a number outside a mixed enum": [("mixed", {"level": 3, "mode": "on"})],
+    "a string outside anyOf consts": [("mixed", {"level": 1, "mode": "auto"})],
+    "a wrong type behind two refs": [("mixed", {"level": 1, "mode": "on", "when": {"at": "9"}})],
 }
 
 
@@ -282,6 +303,50 @@ def test_whatever_the_grammar_lets_through_parses_as_calls_of_the_tools(compiler
 
 
 # ---- where the rewrite applies ---------------------------------------------------------------
+
+
+class Backend:
+    """What the hook uses of SGLang's XGrammarGrammarBackend: its vocabulary and `_from_context`."""
+
+    def __init__(self, info) -> None:
+        self._tokenizer_info = info
+
+    def _from_context(self, compiled, key_string, stats):
+        return ("token-exact", compiled)
+
+
+def upstream_compile(backend, key_string):
+    return ("upstream", key_string)
+
+
+def test_the_hook_compiles_v41_call_tags_token_exact_on_the_v41_vocabulary(vocabulary):
+    from sglang_ds41.plugin.grammar_compile import serves_v41_vocabulary
+
+    assert serves_v41_vocabulary(vocabulary.decoded_vocab)
+    key = upstream_tag(["get_weather"], named("get_weather"))
+    kind, compiled = dispatch_structural_tag(upstream_compile, Backend(vocabulary), key)
+    assert kind == "token-exact"
+    assert feed(compiled, calls(("get_weather", {"city": "a"}))) == (None, True)
+    assert feed(compiled, encode_text('\n\n<｜DSML｜ calls>'))[0] is not None
+
+
+def test_another_vocabulary_and_unknown_shapes_go_to_upstream(vocabulary):
+    key = upstream_tag(["get_weather"], named("get_weather"))
+    other = xgrammar.TokenizerInfo([b"a", b"b", "｜DSML｜".encode()])
+    assert dispatch_structural_tag(upstream_compile, Backend(other), key) == ("upstream", key)
+    tag = json.loads(key)
+    recursive = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+    tag["format"]["elements"][1]["content"]["json_schema"] = recursive
+    odd = json.dumps(tag)
+    assert dispatch_structural_tag(upstream_compile, Backend(vocabulary), odd) == ("upstream", odd)
+    open_schema = {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True}
+    tag["format"]["elements"][1]["content"]["json_schema"] = open_schema  # a free key could repeat "a"
+    odd = json.dumps(tag)
+    assert dispatch_structural_tag(upstream_compile, Backend(vocabulary), odd) == ("upstream", odd)
+    tag["format"]["elements"][1]["content"] = {"type": "sequence"}  # malformed: a KeyError inside
+    odd = json.dumps(tag)
+    assert dispatch_structural_tag(upstream_compile, Backend(vocabulary), odd) == ("upstream", odd)
+
 
 
 def test_other_tags_are_left_to_upstream(compiler):
