@@ -55,7 +55,7 @@ def spells_v41_calls(tag: Mapping[str, Any]) -> bool:
 
 
 def token_exact(tag: Mapping[str, Any], special_ids: Mapping[str, int]) -> Format:
-    """`tag` with its special spellings as token elements and V4.1 arguments per §2.7."""
+    """`tag` with its special spellings as token elements and V4.1 arguments per docs/ENCODING.md §2.7."""
     if tag.get("type", "structural_tag") != "structural_tag" or not isinstance(tag.get("format"), dict):
         raise UnsupportedTag("not a structural tag with a format")
     return {"type": "structural_tag", "format": _Rewrite(special_ids).node(tag["format"])}
