@@ -10,6 +10,8 @@ hooks:
   serves MXFP4 tables (and FP8 ones unchanged);
 * AROUND (`parsers.py`): a V4.1 server's chat output is parsed by our token-aware parser, and
   malformed calls come as the `invalid_tool_calls` extension field, never as `tool_calls`;
+* AROUND (`responses.py`): the Responses API's output goes through the same parser; malformed
+  calls come as `function_call` items with `status: "incomplete"`;
 * AROUND (`thinking.py`): one thinking decision per V4.1 request (DeepSeek's `thinking` field,
   `reasoning_effort`, our `reasoning_budget`, the server default) for prompt, parser and
   grammar, so `response_format` / `tool_choice` constrain the answer after the reasoning;
@@ -36,9 +38,10 @@ def register() -> None:
     upstream SGLang (importing `engram_embedding` checks the whole upstream surface first)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_ds41.plugin import grammar_compile, parsers, thinking
+    from sglang_ds41.plugin import grammar_compile, parsers, responses, thinking
     from sglang_ds41.plugin.engram_embedding import TARGET, Ds41EngramEmbedding
 
     HookRegistry.register(TARGET, Ds41EngramEmbedding, HookType.REPLACE)
-    for target, hook in {**thinking.HOOKS, **parsers.HOOKS, **grammar_compile.HOOKS}.items():
-        HookRegistry.register(target, hook, HookType.AROUND)
+    for hooks in (thinking.HOOKS, parsers.HOOKS, responses.HOOKS, grammar_compile.HOOKS):
+        for target, hook in hooks.items():
+            HookRegistry.register(target, hook, HookType.AROUND)

@@ -147,7 +147,18 @@ def convert_to_internal_request(original, self, request, *args, **kwargs):
     return original(self, request, *args, **kwargs)
 
 
+def process_messages(original, self, request, *args, **kwargs):
+    """AROUND `OpenAIServingChat._process_messages`: the Responses API renders its prompt here
+    from a chat request it builds (`reasoning.effort` as `reasoning_effort`), with no
+    `handle_request` of the chat server; deciding here keeps its prompt and its
+    `require_reasoning` (which picks where the output parse starts) together."""
+    if serves_v41(self):
+        settle(self, request)
+    return original(self, request, *args, **kwargs)
+
+
 HOOKS = {
     f"{CHAT}.handle_request": handle_request,
     f"{CHAT}._convert_to_internal_request": convert_to_internal_request,
+    f"{CHAT}._process_messages": process_messages,
 }

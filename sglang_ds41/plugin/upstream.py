@@ -4,12 +4,12 @@ The plugin subclasses `sglang.srt.layers.engram.EngramEmbedding` and re-implemen
 its methods for 4-bit tables; it calls upstream's private helpers (`_HostTable`,
 `_sorted_host_reads`, `_cuda_kernels`); and it wraps parts of the OpenAI serving layer (the
 deepseek-recipe chat adapter's parsing and streaming, the chat response builder, request
-conversion: `parsers.py`, `thinking.py`) and the xgrammar backend's structural-tag compile
-(`grammar_compile.py`). A different SGLang could rename them, change what
-they take, or change what the overridden or wrapped methods do (a new storage mode our
-override would not know, another place the thinking mode is read). So at import the plugin
-checks three things against SGLang 0.5.23 and refuses to hook anything if one differs, naming
-each difference:
+conversion: `parsers.py`, `thinking.py`; the Responses API's output: `responses.py`) and the
+xgrammar backend's structural-tag compile (`grammar_compile.py`). A different SGLang could
+rename them, change what they take, or change what the overridden or wrapped methods do (a
+new storage mode our override would not know, another place the thinking mode is read). So
+at import the plugin checks three things against SGLang 0.5.23 and refuses to hook anything
+if one differs, naming each difference:
 
 * the installed version;
 * the signature of every symbol it overrides or calls;
@@ -30,6 +30,8 @@ from sglang_ds41.install import SGLANG_VERSION
 ENGRAM = "sglang.srt.layers.engram"
 EMBEDDING = f"{ENGRAM}.EngramEmbedding"
 XGRAMMAR_BACKEND = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammarBackend"
+RECIPE_ADAPTER = "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
+RESPONSES = "sglang.srt.entrypoints.openai.serving_responses"
 
 # symbol -> str(inspect.signature(symbol)) in SGLang 0.5.23
 SIGNATURES: Mapping[str, str] = {
@@ -117,6 +119,24 @@ SIGNATURES: Mapping[str, str] = {
     "ChatCompletionRequest]'",
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "(self, request: "
     "'OpenAIServingRequest', raw_request: 'Request') -> 'Union[Any, StreamingResponse, ErrorResponse]'",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._process_messages": "(self, request: "
+    "'ChatCompletionRequest', is_multimodal: 'bool', *, output_constrained: 'bool' = False) -> "
+    "'MessageProcessingResult'",
+    # The V4.1 Responses API output (plugin/responses.py).
+    f"{RECIPE_ADAPTER}.parse_responses_output": "(self, *, request: 'ResponsesRequest', require_reasoning: "
+    "'bool', output_ids: 'list[int]', finish_reason: 'Optional[dict[str, Any]]', separate_reasoning: 'bool', "
+    "parse_tool_calls: 'bool') -> 'tuple[str, str, list[ToolCallItem]]'",
+    f"{RECIPE_ADAPTER}.new_responses_stream": "(self, *, request: 'ResponsesRequest', require_reasoning: "
+    "'bool', separate_reasoning: 'bool', parse_tool_calls: 'bool') -> 'DeepSeekRecipeResponsesStream'",
+    f"{RESPONSES}.OpenAIServingResponses._output_items": "(self, request: 'ResponsesRequest', "
+    "reasoning_content: 'Optional[str]', content: 'Any', calls: 'list[ToolCallItem]', incomplete_calls: "
+    "'set[int]', output_logprobs: 'Optional[list]') -> 'list'",
+    f"{RESPONSES}._incomplete_tool_call_indices": "(parser) -> 'set[int]'",
+    f"{RECIPE_ADAPTER}._new_responses_parser": "(self, request: 'ResponsesRequest', require_reasoning: "
+    "'bool', separate_reasoning: 'bool', parse_tool_calls: 'bool') -> 'DeepSeekRecipeOutputParser'",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream.step": "(self, "
+    "chunk: 'dict[str, Any]', finish_reason: 'Optional[dict[str, Any]]') -> "
+    "'tuple[str, str, list[ToolCallItem]]'",
     # Token-exact V4.1 tool-call grammars (plugin/grammar_compile.py).
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "(self, key_string: str) -> "
     "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject",
@@ -156,6 +176,12 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     "._convert_to_internal_request": "ec9c8aec44637162",
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "f47d3e8fad409f77",
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "464dce13b1c1ab5a",
+    # plugin/responses.py re-implements these (the parse recipe's parser is built with, the step).
+    f"{RECIPE_ADAPTER}.parse_responses_output": "7243ce8a23f4a870",
+    f"{RECIPE_ADAPTER}._new_responses_parser": "2fb60c9242f0e11f",
+    "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream"
+    ".step": "d12bca50853c757c",
+    f"{RESPONSES}._incomplete_tool_call_indices": "be6f54ecf863dbfd",
 }
 
 
