@@ -35,15 +35,18 @@ _FLAGGED: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar(
 )
 
 
-def _output(adapter: Any, request: Any, require_reasoning: bool, separate_reasoning: bool, parse_calls: bool):
-    """The parse recipe's `_new_responses_parser` would make: where the output starts (the
-    reasoning decision), calls on or off, reasoning apart or not, the request's stop strings."""
-    stop = request.stop
-    options = ParsingOptions(thinking=bool(require_reasoning), parse_tool_calls=bool(parse_calls))
+def _output(adapter: Any, kwargs: dict[str, Any]) -> ServedOutput:
+    """The parse recipe's `_new_responses_parser` would make from the hooked method's keyword
+    arguments: where the output starts (the reasoning decision), calls on or off, reasoning
+    apart or not, the request's stop strings."""
+    stop = kwargs["request"].stop
+    options = ParsingOptions(
+        thinking=bool(kwargs["require_reasoning"]), parse_tool_calls=bool(kwargs["parse_tool_calls"])
+    )
     return ServedOutput(
         options,
         tokenizer=adapter.deepseek_recipe.hf_tokenizer,
-        separate_reasoning=separate_reasoning,
+        separate_reasoning=kwargs["separate_reasoning"],
         stops=[stop] if isinstance(stop, str) else list(stop or []),
     )
 
@@ -62,14 +65,7 @@ def parse_responses_output(original, self, **kwargs):
     if not ours(self):
         return original(self, **kwargs)
     finish = kwargs.get("finish_reason") or {"type": "stop"}
-    output = _output(
-        self,
-        kwargs["request"],
-        kwargs["require_reasoning"],
-        kwargs["separate_reasoning"],
-        kwargs["parse_tool_calls"],
-    )
-    step = output.finish(kwargs["output_ids"], finish["type"], finish.get("matched"))
+    step = _output(self, kwargs).finish(kwargs["output_ids"], finish["type"], finish.get("matched"))
     items, flagged = _items(step)
     _FLAGGED.set(flagged or None)
     return step.reasoning, step.content, items
@@ -123,14 +119,7 @@ def new_responses_stream(original, self, **kwargs):
     """AROUND `DeepSeekRecipeChatEncodingAdapter.new_responses_stream`."""
     if not ours(self):
         return original(self, **kwargs)
-    output = _output(
-        self,
-        kwargs["request"],
-        kwargs["require_reasoning"],
-        kwargs["separate_reasoning"],
-        kwargs["parse_tool_calls"],
-    )
-    return ResponsesStream(output)
+    return ResponsesStream(_output(self, kwargs))
 
 
 def incomplete_tool_call_indices(original, parser):
