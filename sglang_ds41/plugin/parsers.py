@@ -37,7 +37,7 @@ import json
 from typing import Any
 
 from sglang_ds41.encoding.conversation import ParsingOptions
-from sglang_ds41.plugin.served_output import ServedCall, ServedOutput
+from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
 
 MODULE = "sglang.srt.entrypoints.openai.serving_deepseek_recipe"
 ADAPTER = f"{MODULE}.DeepSeekRecipeChatEncodingAdapter"
@@ -91,15 +91,45 @@ def parsing_options(adapter: Any, request: Any) -> ParsingOptions:
     )
 
 
+def stop_strings(stop: str | list[str] | None) -> list[str]:
+    """A request's `stop` as the list `ServedOutput` takes."""
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
 def new_output(adapter: Any, request: Any) -> ServedOutput:
-    stop = request.stop
     return ServedOutput(
         parsing_options(adapter, request),
         tokenizer=adapter.deepseek_recipe.hf_tokenizer,
         separate_reasoning=adapter._separate_reasoning and request.separate_reasoning,
         stream_reasoning=request.stream_reasoning,
-        stops=[stop] if isinstance(stop, str) else list(stop or []),
+        stops=stop_strings(request.stop),
     )
+
+
+def next_step(
+    output: ServedOutput,
+    chunk: dict[str, Any],
+    finish_reason: dict[str, Any] | None,
+    *,
+    keep_matched_stop: bool = False,
+) -> Step:
+    """Feed one streamed engine chunk (its ids not yet consumed, as SGLang selects them) to the
+    parse; with `finish_reason` the choice ends there."""
+    from sglang.srt.entrypoints.openai.chat_encoding_adapters import select_new_output_ids
+    from sglang.srt.runtime_context import get_serving
+
+    finish_type = finish_reason["type"] if finish_reason else None
+    new_ids = select_new_output_ids(
+        output_ids=chunk.get("output_ids") or [],
+        num_consumed_tokens=output.num_consumed_tokens,
+        completion_tokens=chunk["meta_info"]["completion_tokens"],
+        finish_reason_type=finish_type,
+        incremental=get_serving().incremental_streaming_output,
+    )
+    if finish_type is None:
+        return output.feed(new_ids)
+    matched = finish_reason.get("matched")
+    return output.finish(new_ids, finish_type, matched, keep_matched_stop=keep_matched_stop)
 
 
 # ---- OpenAI shapes ---------------------------------------------------------------------------
@@ -174,34 +204,19 @@ def stream_chat_chunks(original, self, **kwargs):
     streamed choice -> its SSE chunks (reasoning, content, whole calls, invalid calls)."""
     if not ours(self):
         return original(self, **kwargs)
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import (
-        select_new_output_ids,
-        token_output_sse_chunks,
-    )
-    from sglang.srt.runtime_context import get_serving
+    from sglang.srt.entrypoints.openai.chat_encoding_adapters import token_output_sse_chunks
 
     content, index, request = kwargs["content"], kwargs["index"], kwargs["request"]
     parser_dict, finish_reason_type = kwargs["parser_dict"], kwargs["finish_reason_type"]
     state = parser_dict.get(index)
     if not isinstance(state, _StreamState):
         state = parser_dict[index] = _StreamState(new_output(self, request))
-    new_ids = select_new_output_ids(
-        output_ids=content["output_ids"],
-        num_consumed_tokens=state.num_consumed_tokens,
-        completion_tokens=content["meta_info"]["completion_tokens"],
-        finish_reason_type=finish_reason_type,
-        incremental=get_serving().incremental_streaming_output,
-    )
-    if finish_reason_type is None:
-        step = state.output.feed(new_ids)
-    else:
-        finish_reason = content["meta_info"]["finish_reason"]
-        step = state.output.finish(
-            new_ids,
-            finish_reason_type,
-            finish_reason.get("matched") if isinstance(finish_reason, dict) else None,
-            keep_matched_stop=request.no_stop_trim,
-        )
+    finish_reason = None
+    if finish_reason_type is not None:
+        reported = content["meta_info"]["finish_reason"]
+        matched = reported.get("matched") if isinstance(reported, dict) else None
+        finish_reason = {"type": finish_reason_type, "matched": matched}
+    step = next_step(state.output, content, finish_reason, keep_matched_stop=request.no_stop_trim)
     if step.calls or step.invalid_calls:
         kwargs["has_tool_calls"][index] = True  # upstream's finish chunk then says tool_calls
     meta = content["meta_info"]

@@ -23,7 +23,7 @@ import inspect
 from typing import Any
 
 from sglang_ds41.encoding.conversation import ParsingOptions
-from sglang_ds41.plugin.parsers import ADAPTER, ours
+from sglang_ds41.plugin.parsers import ADAPTER, next_step, ours, stop_strings
 from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
 
 RESPONSES = "sglang.srt.entrypoints.openai.serving_responses"
@@ -39,7 +39,6 @@ def _output(adapter: Any, kwargs: dict[str, Any]) -> ServedOutput:
     """The parse recipe's `_new_responses_parser` would make from the hooked method's keyword
     arguments: where the output starts (the reasoning decision), calls on or off, reasoning
     apart or not, the request's stop strings."""
-    stop = kwargs["request"].stop
     options = ParsingOptions(
         thinking=bool(kwargs["require_reasoning"]), parse_tool_calls=bool(kwargs["parse_tool_calls"])
     )
@@ -47,7 +46,7 @@ def _output(adapter: Any, kwargs: dict[str, Any]) -> ServedOutput:
         options,
         tokenizer=adapter.deepseek_recipe.hf_tokenizer,
         separate_reasoning=kwargs["separate_reasoning"],
-        stops=[stop] if isinstance(stop, str) else list(stop or []),
+        stops=stop_strings(kwargs["request"].stop),
     )
 
 
@@ -88,26 +87,11 @@ class ResponsesStream:
     calls), each call once and whole (as chat streams them), flagged ones remembered."""
 
     def __init__(self, output: ServedOutput) -> None:
-        from sglang.srt.runtime_context import get_serving
-
         self._output = output
-        self._incremental = get_serving().incremental_streaming_output
         self.flagged: set[int] = set()
 
     def step(self, chunk: dict[str, Any], finish_reason: dict[str, Any] | None) -> tuple[str, str, list[Any]]:
-        from sglang.srt.entrypoints.openai.chat_encoding_adapters import select_new_output_ids
-
-        new_ids = select_new_output_ids(
-            output_ids=chunk.get("output_ids") or [],
-            num_consumed_tokens=self._output.num_consumed_tokens,
-            completion_tokens=chunk["meta_info"]["completion_tokens"],
-            finish_reason_type=finish_reason["type"] if finish_reason else None,
-            incremental=self._incremental,
-        )
-        if finish_reason is None:
-            step = self._output.feed(new_ids)
-        else:
-            step = self._output.finish(new_ids, finish_reason["type"], finish_reason.get("matched"))
+        step = next_step(self._output, chunk, finish_reason)
         items, flagged = _items(step)
         if flagged:
             self.flagged |= flagged
