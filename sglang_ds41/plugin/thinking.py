@@ -31,8 +31,9 @@ on (else a 400) and overrides `reasoning_effort`.
 
 Hooks (AROUND, V4.1 servers only: `dsv41` spec with the `deepseek-v41` reasoning parser):
 `OpenAIServingChat.handle_request` (reads `reasoning_budget` from the request body, answers a
-bad field with a 400) and `OpenAIServingChat._convert_to_internal_request` (every chat path,
-also SGLang's Anthropic endpoint, which converts without `handle_request`).
+bad field with a 400) and `OpenAIServingChat._process_messages`, where every prompt is rendered
+(also for SGLang's Anthropic endpoint, which converts without `handle_request`, and for the
+Responses API, which renders from a chat request of its own).
 """
 
 from __future__ import annotations
@@ -139,19 +140,11 @@ def handle_request(original, self, request, raw_request=None, *args, **kwargs):
     return handle()
 
 
-def convert_to_internal_request(original, self, request, *args, **kwargs):
-    """AROUND `OpenAIServingChat._convert_to_internal_request`: also the paths that convert
-    without `handle_request`; settling twice gives the same decision."""
-    if serves_v41(self):
-        settle(self, request)
-    return original(self, request, *args, **kwargs)
-
-
 def process_messages(original, self, request, *args, **kwargs):
-    """AROUND `OpenAIServingChat._process_messages`: the Responses API renders its prompt here
-    from a chat request it builds (`reasoning.effort` as `reasoning_effort`), with no
-    `handle_request` of the chat server; deciding here keeps its prompt and its
-    `require_reasoning` (which picks where the output parse starts) together."""
+    """AROUND `OpenAIServingChat._process_messages`, where every prompt is rendered and its
+    `require_reasoning` (where the output parse starts) is set: also the paths without
+    `handle_request` (the Anthropic endpoint; the Responses API, whose chat request carries
+    `reasoning.effort` as `reasoning_effort`). Settling twice gives the same decision."""
     if serves_v41(self):
         settle(self, request)
     return original(self, request, *args, **kwargs)
@@ -159,6 +152,5 @@ def process_messages(original, self, request, *args, **kwargs):
 
 HOOKS = {
     f"{CHAT}.handle_request": handle_request,
-    f"{CHAT}._convert_to_internal_request": convert_to_internal_request,
     f"{CHAT}._process_messages": process_messages,
 }

@@ -175,6 +175,7 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
     "._convert_to_internal_request": "ec9c8aec44637162",
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "f47d3e8fad409f77",
+    "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._process_messages": "00296c1f9bed5732",
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "464dce13b1c1ab5a",
     # plugin/responses.py re-implements these (the parse recipe's parser is built with, the step).
     f"{RECIPE_ADAPTER}.parse_responses_output": "7243ce8a23f4a870",

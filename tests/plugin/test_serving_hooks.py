@@ -59,7 +59,7 @@ def test_other_adapters_keep_upstreams_parser(adapter):
 )
 def test_other_servers_keep_upstreams_thinking(serving):
     request = SimpleNamespace(thinking={"type": "bogus"}, chat_template_kwargs=None)
-    _calls_original(thinking.convert_to_internal_request, serving, request)
+    _calls_original(thinking.process_messages, serving, request)
     _calls_original(thinking.handle_request, serving, request, None)
     assert request.chat_template_kwargs is None
 
