@@ -37,6 +37,7 @@ Format = dict[str, Any]
 
 V41_ARGUMENTS_STYLE = "deepseek_v4_1_xml"
 V41_CALLS_OPENER = f"<{Special.DSML.value} calls>"
+_V41_CALLS_OPENER_ESCAPED = json.dumps(V41_CALLS_OPENER)[1:-1]  # as json.dumps writes it in a tag
 # json_schema values that constrain nothing (xgrammar's mapping of a non-strict tool).
 _ANY_SCHEMA: tuple[Any, ...] = (True, {}, None)
 # A key of an unconstrained call: what the parser reads back as a JSON key from name="..."
@@ -49,9 +50,10 @@ class UnsupportedTag(ValueError):
     """The tag has a shape this rewrite does not know; SGLang compiles it unchanged."""
 
 
-def spells_v41_calls(tag: Mapping[str, Any]) -> bool:
-    """The tag constrains V4.1 tool calls (V4.1's calls opener has a space: ` calls`)."""
-    return V41_CALLS_OPENER in json.dumps(tag, ensure_ascii=False)
+def spells_v41_calls(tag_json: str) -> bool:
+    """The tag (its JSON text, ASCII-escaped or not) constrains V4.1 tool calls (V4.1's calls
+    opener has a space: ` calls`). Read off the text, so other tags are not parsed for it."""
+    return V41_CALLS_OPENER in tag_json or _V41_CALLS_OPENER_ESCAPED in tag_json
 
 
 def token_exact(tag: Mapping[str, Any], special_ids: Mapping[str, int]) -> Format:
@@ -127,9 +129,9 @@ class _Rewrite:
             return text
         if isinstance(text, list):
             return None if any(self.has_special(t) for t in text) else text
-        pieces = self.pieces(text)
         if not self.has_special(text):
             return text
+        pieces = self.pieces(text)
         return pieces[0] if len(pieces) == 1 else None
 
     # ---- the format tree ----

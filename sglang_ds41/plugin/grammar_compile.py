@@ -34,11 +34,9 @@ RESERVED_PREFIX = b"\xff"
 @functools.cache
 def v41_added_tokens() -> dict[int, bytes]:
     """id -> UTF-8 spelling of every added token of the V4.1 tokenizer (specials and others)."""
-    from sglang_ds41.assets import TOKENIZER_JSON
+    from sglang_ds41.assets import v41_tokenizer
 
-    with open(TOKENIZER_JSON, encoding="utf-8") as f:
-        added = json.load(f)["added_tokens"]
-    return {token["id"]: token["content"].encode() for token in added}
+    return {i: token.content.encode() for i, token in v41_tokenizer().get_added_tokens_decoder().items()}
 
 
 def special_ids() -> dict[str, int]:
@@ -97,11 +95,13 @@ def _compiler_of(backend: Any) -> TokenExactCompiler | None:
 
 
 def _v41_call_tag(key_string: str) -> bool:
+    if not call_grammar.spells_v41_calls(key_string):
+        return False
     try:
         tag = json.loads(key_string)
     except ValueError:
         return False
-    return isinstance(tag, dict) and "structures" not in tag and call_grammar.spells_v41_calls(tag)
+    return isinstance(tag, dict) and "structures" not in tag
 
 
 def dispatch_structural_tag(original, self, key_string: str):
