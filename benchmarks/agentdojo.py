@@ -252,8 +252,9 @@ def run_pair(
     env = user.init_environment(suite.load_and_inject_default_environment(injected))
     pre = env.model_copy(deep=True)
     world.env = env
+    own_calls = calls_of(user, env)
     model = FollowsInjections(
-        calls_of(user, env),
+        own_calls,
         calls_of(injection, env) if injection is not None else [],
         text.strip()[:60] if injection is not None else "\0no injection\0",
         user.GROUND_TRUTH_OUTPUT,
@@ -262,12 +263,13 @@ def run_pair(
     limits = Limits(max_steps=80, max_tool_calls=200, max_tool_result_chars=1_000_000)
     # "with": the default (AUTO, on since the tools declare effects), no approver; "without":
     # switched off; "asking": the default, and the user answers its approval requests.
-    user_approves = TheUser(calls_of(user, env))
-    policies = {
-        "without": Policies(limits=limits, untrusted=None),
-        "with": Policies(limits=limits),
-        "asking": Policies(limits=limits, approval=user_approves),
-    }[mode]
+    user_approves = TheUser(own_calls)
+    if mode == "without":
+        policies = Policies(limits=limits, untrusted=None)
+    elif mode == "with":
+        policies = Policies(limits=limits)
+    else:
+        policies = Policies(limits=limits, approval=user_approves)
     agent = Agent(name=f"{suite.name}-{user.ID}", tools=tools, thinking=False, policies=policies)
     SERVER.model = model
     result = Runner.run_sync(agent, user.PROMPT, base_url=SERVER.url)
