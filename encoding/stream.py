@@ -12,6 +12,7 @@ the special ids produce, see `token_text.py`):
 
     reasoning   "\\n"* "</think>" -> content;  "\\n"* "<D" -> block (tools only);  a leading "\\n" is dropped
     content     "\\n"* "<D" -> block (tools only);  "</think>" deleted;  a leading "\\n" is dropped
+                token mode: a D without the "<" opens the block too (reported; see `parse.py` 5.)
                 json_object: "```json\\n" / "```\\n" / "{" / "[" -> json, other text becomes one space
     json        "\\n```" -> after-json (text there becomes one space; "<D" still opens a block)
     block       'invoke name="' -> name;  "</D calls>" / "</D tool_calls>" -> finished; other text ignored
@@ -239,15 +240,18 @@ class _Markers:
     dsml_begin: str
     dsml_end: str
     calls_end: tuple[str, ...]
+    bare_dsml: str | None  # token mode: the DSML id alone, which only a tag can mean
 
     @classmethod
     def for_mode(cls, token_mode: bool) -> _Markers:
         think = THINK_END_SENTINEL if token_mode else Special.THINK_END.value
         dsml = DSML_SENTINEL if token_mode else Special.DSML.value
-        return cls(think, "<" + dsml, "</" + dsml, (f"</{dsml}tool_calls>", f"</{dsml} calls>"))
+        calls_end = (f"</{dsml}tool_calls>", f"</{dsml} calls>")
+        return cls(think, "<" + dsml, "</" + dsml, calls_end, dsml if token_mode else None)
 
 
 Branch = tuple[object, tuple[Stage, bool], Kind, object]
+BARE_BLOCK_BEGIN = "tool-call block opened by the ｜DSML｜ token without the `<` before it"
 
 
 def _branches(
@@ -262,6 +266,8 @@ def _branches(
     def add_block_begin() -> None:
         if options.parse_tool_calls:
             add(_NewlinesThen(m.dsml_begin), Stage.BLOCK, Kind.BLOCK_BEGIN)
+            if m.bare_dsml is not None:  # after "<D", which wins when the "<" is there
+                add(_NewlinesThen(m.bare_dsml), Stage.BLOCK, Kind.BLOCK_BEGIN, BARE_BLOCK_BEGIN)
 
     if stage is Stage.CONTENT:
         if options.parse_json_output:
@@ -619,6 +625,8 @@ class StreamParser:
                 pass
             elif kind is Kind.BLOCK_BEGIN:
                 self._block_entered = True
+                if payload is BARE_BLOCK_BEGIN:
+                    self._problems.append(BARE_BLOCK_BEGIN)
             elif kind is Kind.BLOCK_TEXT:
                 self._block_gap.append(text)
             elif kind is Kind.CALL_BEGIN or kind is Kind.BLOCK_END:

@@ -187,8 +187,8 @@ class _Rewrite:
 
     def triggered_tags(self, node: Format) -> Format:
         """Free text until the DSML token, then the tag. The text before the token (`<`) stays
-        free text, since xgrammar dispatches on one token and cannot look back: a model that
-        leaves it out writes the block as content (under `auto` only; see docs/ENCODING.md §4.4)."""
+        free text, since xgrammar dispatches on one token and cannot look back; a block without
+        it is still taken as calls by the token-level parser (docs/ENCODING.md §4.2, 5.)."""
         tags = []
         for trigger in node["triggers"]:
             head = self.pieces(trigger)

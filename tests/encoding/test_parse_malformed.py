@@ -8,11 +8,12 @@ import pytest
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.errors import EncodingError
 from sglang_ds41.encoding.parse import parse_ids, parse_text
-from sglang_ds41.encoding.stream import seeded_tool_call_ids
+from sglang_ds41.encoding.stream import BARE_BLOCK_BEGIN, seeded_tool_call_ids
 
-from .parse_oracle import D
+from .parse_oracle import D, model_ids
 
 TOOLS = ParsingOptions(thinking=False, parse_tool_calls=True)
+CHAT = ParsingOptions(thinking=False)
 GOOD = f'<{D} invoke name="ok">\n<{D} parameter name="a" string="true">x</{D} parameter>\n</{D} invoke>'
 
 
@@ -110,6 +111,23 @@ def test_text_after_the_block_is_reported():
 def test_whitespace_after_the_block_is_fine():
     message = parse_text(f"Sure\n\n<{D} calls>\n{GOOD}\n</{D} calls>\n\n", TOOLS)
     assert message.valid and message.content == "Sure" and message.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("options", [TOOLS, ParsingOptions(thinking=True, parse_tool_calls=True)])
+def test_a_dsml_id_without_its_lt_opens_the_block_and_is_reported(options):
+    """parse.py difference 5: the id only begins a tag, so the block after it is parsed as calls
+    (never left in content or reasoning as DSML), whichever stage it comes in."""
+    prefix = "" if options is TOOLS else "hmm</think>"
+    ids = model_ids(f"{prefix}Sure\n\n{D} calls>\n{GOOD}\n</{D} calls>")
+    message = parse_ids(ids, options)
+    assert message.content == "Sure" and "DSML" not in message.reasoning_content
+    assert [(c.name, c.arguments, c.valid) for c in message.tool_calls] == [("ok", '{"a": "x"}', True)]
+    assert BARE_BLOCK_BEGIN in message.problems and not message.valid
+    stray = parse_ids(model_ids(f"Sure {D} then text"), TOOLS)
+    assert stray.content == "Sure " and BARE_BLOCK_BEGIN in stray.problems
+    # Without tools the id is text, as spelled text always is (text mode cannot tell them apart).
+    assert parse_ids(model_ids(f"Sure {D} then"), CHAT).content == f"Sure {D} then"
+    assert parse_text(f"Sure {D} calls>", TOOLS).content == f"Sure {D} calls>"
 
 
 def test_ids_are_reproducible_with_a_seed_and_shaped_like_upstream():

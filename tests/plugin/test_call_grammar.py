@@ -239,6 +239,22 @@ def test_strict_auto_keeps_free_text_and_takes_calls_only_from_the_token(compile
     assert feed(grammar, encode_text('<｜DSML｜ calls>\n<｜DSML｜ invoke name="nope">'))[0] is None
 
 
+def test_strict_auto_calls_without_the_free_lt_still_parse_as_calls(compiler):
+    """The `<` before the DSML token is free text the grammar cannot require; a model that leaves
+    it out still gets a constrained block, and the token-level parser takes it as the calls."""
+    grammar = compiler.compile(upstream_tag(ALL_TOOLS, "auto"))
+    block = calls(("get_weather", {"city": "x", "unit": "c"}))
+    at = block.index(DSML)
+    assert block[at - 1] == encode_text("<")[0]
+    ids = encode_text("Let me check.") + block[: at - 1] + block[at:]
+    assert feed(grammar, ids) == (None, True)
+    message = parse_ids(ids, OPTIONS)
+    assert [(c.name, json.loads(c.arguments), c.valid) for c in message.tool_calls] == [
+        ("get_weather", {"city": "x", "unit": "c"}, True)
+    ]
+    assert message.content == "Let me check." and "DSML" not in message.content
+
+
 # ---- random walks ----------------------------------------------------------------------------
 
 
