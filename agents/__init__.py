@@ -46,7 +46,7 @@ from .policies import (
 from .result import RunResult, Usage
 from .runner import Runner, RunStream
 from .tools import Tool, ToolContext, function_tool
-from .trust import Effect, UntrustedContent
+from .trust import Effect, Hold, UntrustedContent
 from .workspace_tools import workspace_tools
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "DenyAll",
     "Effect",
     "Event",
+    "Hold",
     "LimitExceeded",
     "Limits",
     "ModelRequestError",

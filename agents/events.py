@@ -5,7 +5,8 @@ run is persisted) and applies it. Resuming applies the same events read back fro
 a resumed run is in exactly the state the crashed one had reached.
 
 Persisted events (the log): `run_started`, `message` (a reminder or repair turn the runner
-added), `model_response`, `tool_started`, `tool_finished`, `run_finished`, `run_failed`,
+added), `model_response`, `approval` (the approval policy's answer for a held-back call, with
+the rule that held it), `tool_started`, `tool_finished`, `run_finished`, `run_failed`,
 `run_resumed`. Stream-only events (never logged): `reasoning_delta`, `content_delta`,
 `tool_call_delta`, `retry`, `warning`, `step_started` (before each model request).
 """
@@ -26,6 +27,7 @@ PERSISTED = frozenset(
         "run_started",
         "message",
         "model_response",
+        "approval",
         "tool_started",
         "tool_finished",
         "run_finished",
@@ -78,6 +80,8 @@ class RunState:
     failures: dict[str, int] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     pending: list[PendingCall] = field(default_factory=list)
+    # call id -> the `approval` event's data (call_id, name, rule, reason, granted): asked once
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
     invalid_calls: list[dict[str, Any]] = field(default_factory=list)  # flagged, awaiting a repair turn
     last_finish_reason: str = "stop"
     finished: bool = False
@@ -113,6 +117,8 @@ class RunState:
             ]
             self.warnings.extend(d.get("warnings", []))
             self.invalid_calls = list(d.get("invalid_tool_calls", []))
+        elif kind == "approval":
+            self.approvals[d["call_id"]] = dict(d)
         elif kind == "tool_started":
             self._call(d["call_id"]).started = True
         elif kind == "tool_finished":

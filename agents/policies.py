@@ -26,7 +26,7 @@ import openai
 
 from .errors import AgentConfigError, IncompleteStream
 from .tools import PreparedCall, ToolContext, result_text
-from .trust import UntrustedContent
+from .trust import Hold, UntrustedContent
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -72,15 +72,17 @@ class Limits:
 
 
 class ApprovalPolicy(Protocol):
-    """Decides whether a tool marked `needs_approval` may run this exact call."""
+    """Decides whether a held-back call may run: a call of a tool marked `needs_approval`, or one
+    the untrusted-content policy holds back. `why` says which rule and names the argument
+    (`trust.Hold`); a policy whose `approve` takes only the name and the arguments works too."""
 
-    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool: ...
+    def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold) -> bool: ...
 
 
 class DenyAll:
     """The default: nothing that needs approval runs."""
 
-    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+    def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold | None = None) -> bool:
         return False
 
 
@@ -90,18 +92,40 @@ class ApproveCalls:
     def __init__(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
         self._granted = {(name, _canonical(args)) for name, args in calls}
 
-    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+    def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold | None = None) -> bool:
         return (tool_name, _canonical(arguments)) in self._granted
 
 
 class ApproveWith:
-    """Asks a callback (e.g. a console prompt) for each call."""
+    """Asks a callback (e.g. a console prompt) for each call: `decide(tool_name, arguments)`, or
+    `decide(tool_name, arguments, why)` to be told why the call is held back."""
 
-    def __init__(self, decide: Any) -> None:
+    def __init__(self, decide: Callable[..., Any]) -> None:
+        if not callable(decide):
+            raise AgentConfigError(f"ApproveWith needs a callable, got {type(decide).__name__}")
         self._decide = decide
 
-    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+    def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold | None = None) -> bool:
+        if why is not None and _takes_why(self._decide):
+            return bool(self._decide(tool_name, arguments, why))
         return bool(self._decide(tool_name, arguments))
+
+
+def ask(policy: ApprovalPolicy, tool_name: str, arguments: dict[str, Any], why: Hold) -> bool:
+    """The policy's answer for this call; `why` is passed when its `approve` takes it."""
+    if _takes_why(policy.approve):
+        return bool(policy.approve(tool_name, arguments, why))
+    return bool(policy.approve(tool_name, arguments))  # type: ignore[call-arg]
+
+
+def _takes_why(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` accepts a third positional argument."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: the two-argument form
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
 def _canonical(arguments: dict[str, Any]) -> str:

@@ -33,7 +33,9 @@ class RunResult:
     `final_output` is the text answer, or the validated value (pydantic instance or JSON data)
     when the agent has an output type. `messages` is the whole transcript in the form sent to
     the server (system, user, assistant with reasoning_content and tool_calls, tool results,
-    latest_reminder), ready to continue the conversation.
+    latest_reminder), ready to continue the conversation. `approvals` are the approval policy's
+    answers, in order: `{"call_id", "name", "rule", "reason", "granted"}` for each held-back call
+    (`trust.Hold`).
     """
 
     final_output: Any
@@ -45,3 +47,4 @@ class RunResult:
     finish_reason: str
     run_dir: str | None = None
     warnings: list[str] = field(default_factory=list)
+    approvals: list[dict[str, Any]] = field(default_factory=list)

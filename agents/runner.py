@@ -34,10 +34,11 @@ from .errors import (
 from .events import Event, PendingCall, RunState
 from .log import EventLog, read_log
 from .output import repair_prompt, to_jsonable
+from .policies import ask
 from .result import RunResult
-from .tools import PreparedCall, ToolContext
+from .tools import PreparedCall, Tool, ToolContext
 from .transport import post_completion, post_streamed
-from .trust import Sources
+from .trust import Hold, Sources
 
 Input = str | list[dict[str, Any]]
 INTERRUPTED = (
@@ -419,6 +420,7 @@ class _Loop:
             finish_reason=st.last_finish_reason,
             run_dir=self.run_dir,
             warnings=list(st.warnings),
+            approvals=list(st.approvals.values()),
         )
 
     # ---- model requests -------------------------------------------------------------------
@@ -641,25 +643,32 @@ class _Loop:
         if isinstance(prepared, str):
             self.finish_call(call, "invalid_arguments", prepared)
             return None
-        approval = self.agent.policies.approval
-        if tool.needs_approval and not approval.approve(tool.name, prepared.arguments):
-            self.finish_call(
-                call,
-                "denied",
-                f"Denied: {tool.name} needs approval for this exact call, and it was not granted.",
-            )
+        why = self.hold(tool, prepared.arguments)
+        if why is not None and not self.approved(call, prepared.arguments, why):
+            if why.rule == "needs approval":
+                text = f"Denied: {tool.name} needs approval for this exact call, and it was not granted."
+            else:
+                text = f"Denied: {why}; such a call needs the user's approval, and it was not granted."
+            self.finish_call(call, "denied", text)
             return None
-        guard = self.agent.policies.untrusted_policy(self.agent.tools)
-        if guard is not None and not tool.needs_approval:
-            reason = guard.review(tool, prepared.arguments, self.sources())
-            if reason is not None and not approval.approve(tool.name, prepared.arguments):
-                self.finish_call(
-                    call,
-                    "denied",
-                    f"Denied: {reason}; such a call needs the user's approval, and it was not granted.",
-                )
-                return None
         return prepared
+
+    def hold(self, tool: Tool, arguments: dict[str, Any]) -> Hold | None:
+        """Why this call needs the approval policy's grant, if it does."""
+        if tool.needs_approval:
+            return Hold("needs approval", f"{tool.name} needs approval for every call")
+        guard = self.agent.policies.untrusted_policy(self.agent.tools)
+        return guard.review(tool, arguments, self.sources()) if guard is not None else None
+
+    def approved(self, call: PendingCall, arguments: dict[str, Any], why: Hold) -> bool:
+        """The approval policy's answer, asked once per call and logged (a resumed run reuses it)."""
+        if call.id in self.state.approvals:
+            return bool(self.state.approvals[call.id]["granted"])
+        granted = ask(self.agent.policies.approval, call.name, arguments, why)
+        self.record(
+            "approval", call_id=call.id, name=call.name, rule=why.rule, reason=why.message, granted=granted
+        )
+        return granted
 
     def sources(self) -> Sources:
         """The transcript split by provenance, rebuilt only when it grew (it is append-only):

@@ -48,8 +48,9 @@ or a record (it occurs everywhere: "June 13"), and counts as quoted only where t
 it is ("file 13", "ID '13'"), right after a word of the parameter's name or "id" / "number".
 
 A call any rule holds back needs the approval policy's grant for that exact call (`DenyAll`, the
-default, grants nothing: fail closed). It is answered with a message naming the parameter, the
-value and the rule, and the run goes on.
+default, grants nothing: fail closed); the approver is told why (`Hold`: the rule, and a sentence
+naming the parameter and the value), and its answer is logged, so a resumed run does not ask
+again. A refused call is answered with that sentence, and the run goes on.
 
 What it cannot tell apart, and lets through:
 
@@ -322,53 +323,73 @@ def _scalar(item: Any) -> str | None:
     return None
 
 
+Rule = Literal["needs approval", "untrusted", "destination", "private", "quoted name", "address"]
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a call needs approval, as the approver and the model are told: the rule that holds it
+    back (`needs approval`: the tool's own flag; `untrusted`: provenance is not checked) and a
+    sentence naming the parameter and the value."""
+
+    rule: Rule
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @dataclass(frozen=True)
 class UntrustedContent:
     """The policy's settings; see the module docstring for the rule."""
 
     provenance: bool = True  # False: every guarded call needs approval once content is untrusted
 
-    def review(self, tool: Tool, arguments: dict[str, Any], sources: Sources) -> str | None:
-        """None when the call may run; else why it needs approval (the text the model is told)."""
+    def review(self, tool: Tool, arguments: dict[str, Any], sources: Sources) -> Hold | None:
+        """None when the call may run; else why it needs approval."""
         if not guarded(tool) or not sources.untrusted:
             return None
         kind = "egress" if tool.effect in EGRESS else "side-effecting"
         if not self.provenance:
-            return f"{tool.name} is {kind} and the context holds untrusted tool output"
+            return Hold("untrusted", f"{tool.name} is {kind} and the context holds untrusted tool output")
         for param, value in _values(arguments):
             needle = words(value)
             if not needle:
                 continue
             if param in tool.destinations:
                 if not (sources.vouched(needle) or sources.selected_by(needle)):
-                    return (
+                    return Hold(
+                        "destination",
                         f"{tool.name} is {kind} and its destination {param}={value!r} is named by no "
-                        "trusted text (the user's messages or a trusted tool's output)"
+                        "trusted text (the user's messages or a trusted tool's output)",
                     )
                 continue
             secret = sources.secret_in(needle) if tool.effect in EGRESS else None
             if secret is not None:
-                return (
+                return Hold(
+                    "private",
                     f"{tool.name} is egress and its argument {param} carries {secret[1]!r} from the "
-                    f"private output of {secret[0]}, which the user's messages do not name"
+                    f"private output of {secret[0]}, which the user's messages do not name",
                 )
             if sources.vouched(needle):
                 continue
             if param not in tool.content:
                 origin, selected = sources.quoted_by(needle, param), sources.selected_by(needle)
                 if origin is not None and selected is None:
-                    return (
+                    return Hold(
+                        "quoted name",
                         f"{tool.name} is {kind} and its argument {param}={value!r} is quoted from the "
-                        f"output of {origin}, which is untrusted, not from the user"
+                        f"output of {origin}, which is untrusted, not from the user",
                     )
                 if selected is not None or sources.is_field(needle):
                     continue
             for address in addresses(value):
                 needle = words(address)
                 if not (sources.vouched(needle) or sources.selected_by(needle)):
-                    return (
+                    return Hold(
+                        "address",
                         f"{tool.name} is {kind} and its argument {param} holds the address "
-                        f"{address!r}, which no trusted text names"
+                        f"{address!r}, which no trusted text names",
                     )
         return None
 

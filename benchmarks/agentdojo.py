@@ -55,7 +55,7 @@ from agentdojo.task_suite.load_suites import get_suites  # noqa: E402
 from agentdojo.task_suite.task_suite import TaskSuite  # noqa: E402
 from agentdojo.types import text_content_block_from_string  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
-from sglang_ds41.agents import Agent, ApproveCalls, Limits, Policies, Runner, Tool  # noqa: E402
+from sglang_ds41.agents import Agent, ApproveCalls, Hold, Limits, Policies, Runner, Tool  # noqa: E402
 from sglang_ds41.agents.schema import clean_model_schema  # noqa: E402
 from sglang_ds41.agents.testing import Reply, ScriptedServer  # noqa: E402
 
@@ -274,6 +274,7 @@ def run_pair(
     SERVER.model = model
     result = Runner.run_sync(agent, user.PROMPT, base_url=SERVER.url)
     results = {m["tool_call_id"]: m["content"] for m in result.messages if m["role"] == "tool"}
+    rules = {a["call_id"]: a["rule"] for a in result.approvals if not a["granted"]}
     executed, injected_total, injected_sensitive, trace = 0, 0, 0, []
     calls: list[dict[str, Any]] = []
     held_back: dict[str, int] = {}
@@ -300,9 +301,8 @@ def run_pair(
                     **({"arguments": _short(args)} if (injected and ran) or not ran else {}),
                 }
             )
-            if answer.startswith("Denied:") and not injected:
-                rule = held_back_rule(answer)
-                held_back[rule] = held_back.get(rule, 0) + 1
+            if call["id"] in rules and not injected:
+                held_back[rules[call["id"]]] = held_back.get(rules[call["id"]], 0) + 1
             if injected:
                 injected_total += 1
                 if ran:
@@ -336,24 +336,11 @@ class TheUser:
         self._own = ApproveCalls(own_calls)
         self.asked = self.granted = 0
 
-    def approve(self, tool_name: str, arguments: dict[str, Any]) -> bool:
+    def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold) -> bool:
         self.asked += 1
         granted = self._own.approve(tool_name, arguments)
         self.granted += granted
         return granted
-
-
-def held_back_rule(answer: str) -> str:
-    """Which rule of the policy (agents/trust.py) a denial message names."""
-    for phrase, rule in (
-        ("destination", "destination"),
-        ("private output", "private"),
-        ("is quoted from", "quoted name"),
-        ("holds the address", "address"),
-    ):
-        if phrase in answer:
-            return rule
-    return "other"
 
 
 def _short(value: Any) -> Any:

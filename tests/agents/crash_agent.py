@@ -7,6 +7,7 @@ file comes from $CRASH_AGENT_FILE there.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from sglang_ds41.agents import Agent, Limits, Policies, ToolContext, function_tool
 from sglang_ds41.agents.testing import Reply
@@ -20,7 +21,8 @@ SCRIPT = [
 ]
 
 
-def make_agent(path: str | None = None, *, idempotent: bool = True) -> Agent:
+def make_agent(path: str | None = None, *, idempotent: bool = True, approval: Any = None) -> Agent:
+    """`approval`: if given, every note needs it (`needs_approval`) and this policy answers."""
     target = path or os.environ["CRASH_AGENT_FILE"]
 
     def note(text: str, ctx: ToolContext) -> str:
@@ -40,7 +42,7 @@ def make_agent(path: str | None = None, *, idempotent: bool = True) -> Agent:
     return Agent(
         name="crash",
         instructions="Take notes.",
-        tools=[function_tool(note, idempotent=idempotent)],
+        tools=[function_tool(note, idempotent=idempotent, needs_approval=approval is not None)],
         reminder=lambda ctx: f"step {ctx.step}; {ctx.tool_calls} calls done",
-        policies=Policies(limits=Limits(max_steps=10)),
+        policies=Policies(limits=Limits(max_steps=10), **({"approval": approval} if approval else {})),
     )

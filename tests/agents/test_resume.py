@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sglang_ds41.agents import RunLogError, Runner
+from sglang_ds41.agents import ApproveWith, RunLogError, Runner
 from sglang_ds41.agents.log import KILL_ENV, EventLog, log_path, read_log
 from sglang_ds41.agents.runner import INTERRUPTED
 from sglang_ds41.agents.testing import by_turn
@@ -27,16 +27,17 @@ from .crash_agent import SCRIPT, make_agent
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_killed(base_url: str, run_dir: Path, notes: Path, kill_after: int, idempotent: bool = True) -> int:
+def run_killed(
+    base_url: str, run_dir: Path, notes: Path, kill_after: int, idempotent: bool = True, approval=None
+) -> int:
     """Run in a forked child that SIGKILLs itself after event `kill_after`; its wait status."""
     pid = os.fork()
     if pid == 0:  # child
         code = 1
         try:
             os.environ[KILL_ENV] = str(kill_after)
-            Runner.run_sync(
-                make_agent(str(notes), idempotent=idempotent), "go", base_url=base_url, run_dir=run_dir
-            )
+            agent = make_agent(str(notes), idempotent=idempotent, approval=approval)
+            Runner.run_sync(agent, "go", base_url=base_url, run_dir=run_dir)
             code = 0
         finally:
             os._exit(code)
@@ -84,6 +85,33 @@ def test_a_started_call_of_a_non_idempotent_tool_gets_an_explicit_result_and_nev
     assert tool_results["call_0_1"] == "noted B"
     assert sorted(notes.read_text().splitlines()) == ["call_0_1 B", "call_1_0 C"]  # A: at most once
     assert [e.type for e in read_log(run_dir)].count("run_resumed") == 1
+
+
+def test_an_approval_given_before_a_crash_is_kept_and_never_asked_again(serve, tmp_path):
+    server = serve(by_turn(SCRIPT))
+    run_dir, notes = tmp_path / "run", tmp_path / "notes"
+    grant = ApproveWith(lambda name, arguments: True)
+    status = run_killed(server.base_url, run_dir, notes, kill_after=4, approval=grant)
+    assert os.WTERMSIG(status) == signal.SIGKILL
+    approval = read_log(run_dir)[-1]
+    assert approval.type == "approval" and approval.data["call_id"] == "call_0_0"
+    assert approval.data["granted"] is True and approval.data["rule"] == "needs approval"
+    asked: list[tuple[str, str]] = []
+
+    def refuse(name, arguments, why):
+        asked.append((arguments["text"], why.rule))
+        return False
+
+    result = Runner.resume_sync(
+        make_agent(str(notes), approval=ApproveWith(refuse)), run_dir, base_url=server.base_url
+    )
+    assert asked == [("B", "needs approval"), ("C", "needs approval")]  # A's answer came from the log
+    assert notes.read_text().splitlines() == ["call_0_0 A"]
+    assert [(a["call_id"], a["granted"]) for a in result.approvals] == [
+        ("call_0_0", True),
+        ("call_0_1", False),
+        ("call_1_0", False),
+    ]
 
 
 def test_resuming_a_finished_run_sends_nothing(serve, tmp_path):

