@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="stream the reasoning (stderr, marked) and the content (stdout) as they arrive",
     )
+    parser.add_argument(
+        "--ask",
+        action="store_true",
+        help="ask on stdin before a held-back call runs (a tool that needs approval, or a call the "
+        "untrusted-content policy holds back), showing why; default: the agent's approval policy",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
         "--json", action="store_true", help="print the result (output, usage, messages) as JSON"
@@ -73,6 +79,13 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(
         sys.stderr, quiet=args.quiet, stream=args.stream, content_to=sys.stderr if args.json else sys.stdout
     )
+    if args.ask:
+        from sglang_ds41.agents import ApproveWith
+
+        ask = AskOnConsole(sys.stdin, sys.stderr, progress)
+        agent = dataclasses.replace(
+            agent, policies=dataclasses.replace(agent.policies, approval=ApproveWith(ask))
+        )
     common = {"base_url": args.base_url, "api_key": args.api_key}
     progress.line(
         f"[agent] {agent.name}: {len(agent.tools)} tools, {agent.model} at {args.base_url}, "
@@ -170,6 +183,9 @@ class Progress:
             self.line(f"[tool] {data['name']}({_short(data['arguments'])})")
         elif kind == "tool_finished":
             self.line(f"[tool] {data['name']} -> {data['status']}: {_short(data['result'])}")
+        elif kind == "approval":
+            answer = "granted" if data["granted"] else "refused"
+            self.line(f"[approval] {data['name']} {answer} ({data['rule']}): {_short(data['reason'])}")
         elif kind == "message" and data.get("reason") == "repair":
             self.line("[repair] the answer did not match the output schema; asking again")
         elif kind == "retry":
@@ -183,6 +199,23 @@ class Progress:
             f"{result.usage.total_tokens} tokens, {time.monotonic() - self.t0:.1f} s"
         )
         self.end_stream()
+
+
+class AskOnConsole:
+    """`--ask`: shows a held-back call and why, and reads y/N from `answers` (end of input: no)."""
+
+    def __init__(self, answers, err, progress: Progress) -> None:
+        self.answers, self.err, self.progress = answers, err, progress
+
+    def __call__(self, name: str, arguments: dict, why) -> bool:
+        self.progress.end_stream()
+        shown = json.dumps(arguments, ensure_ascii=False)
+        self.err.write(f"[ask] {name}({_short(shown, 400)})\n[ask] held back: {why}\n[ask] run it? [y/N] ")
+        self.err.flush()
+        answer = self.answers.readline()
+        if not answer:
+            self.err.write("\n")
+        return answer.strip().lower() in ("y", "yes")
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -68,3 +69,43 @@ def test_cli_reports_errors_without_traceback(tmp_path, capsys):
 def test_module_path_must_name_an_agent():
     with pytest.raises(AgentConfigError, match="expected an Agent"):
         load_agent("json:dumps")
+
+
+HELD_AGENT = '''
+from sglang_ds41.agents import Agent, function_tool
+
+DONE = []
+
+
+@function_tool(needs_approval=True)
+def delete(name: str) -> str:
+    """Delete a thing."""
+    DONE.append(name)
+    return "deleted " + name
+
+
+def make():
+    return Agent(name="held", tools=[delete], thinking=False)
+'''
+
+
+def test_ask_shows_each_held_back_call_with_its_reason_and_runs_only_what_is_granted(
+    serve, tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "held_agent.py").write_text(HELD_AGENT)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\nno\n"))
+    calls = [("delete", {"name": "a"}), ("delete", {"name": "b"})]
+    server = serve([Reply(tool_calls=calls), Reply(content="done")])
+    args = ["agent", "held_agent:make", "--base-url", server.base_url, "--input", "go", "--ask"]
+    assert main(args) == 0
+    import held_agent
+
+    assert held_agent.DONE == ["a"]
+    err = capsys.readouterr().err
+    assert err.count("[ask] held back: delete needs approval for every call") == 2
+    assert '[ask] delete({"name": "a"})' in err and '[ask] delete({"name": "b"})' in err
+    assert "[approval] delete granted (needs approval)" in err
+    assert "[approval] delete refused (needs approval)" in err
+    tool_results = [m["content"] for m in server.bodies[1]["messages"] if m["role"] == "tool"]
+    assert tool_results[0] == "deleted a" and tool_results[1].startswith("Denied: delete needs approval")
