@@ -63,6 +63,7 @@ class PendingCall:
     name: str
     arguments: str
     started: bool = False
+    approval: bool | None = None  # the approval policy's answer, once asked (never asked twice)
     status: str | None = None
     result: str | None = None
 
@@ -80,8 +81,8 @@ class RunState:
     failures: dict[str, int] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     pending: list[PendingCall] = field(default_factory=list)
-    # call id -> the `approval` event's data (call_id, name, rule, reason, granted): asked once
-    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # every `approval` event's data (call_id, name, arguments, rule, reason, granted), in order
+    approvals: list[dict[str, Any]] = field(default_factory=list)
     invalid_calls: list[dict[str, Any]] = field(default_factory=list)  # flagged, awaiting a repair turn
     last_finish_reason: str = "stop"
     finished: bool = False
@@ -118,7 +119,8 @@ class RunState:
             self.warnings.extend(d.get("warnings", []))
             self.invalid_calls = list(d.get("invalid_tool_calls", []))
         elif kind == "approval":
-            self.approvals[d["call_id"]] = dict(d)
+            self.approvals.append(dict(d))
+            self._call(d["call_id"]).approval = bool(d["granted"])
         elif kind == "tool_started":
             self._call(d["call_id"]).started = True
         elif kind == "tool_finished":

@@ -420,7 +420,7 @@ class _Loop:
             finish_reason=st.last_finish_reason,
             run_dir=self.run_dir,
             warnings=list(st.warnings),
-            approvals=list(st.approvals.values()),
+            approvals=list(st.approvals),
         )
 
     # ---- model requests -------------------------------------------------------------------
@@ -615,19 +615,29 @@ class _Loop:
                 f"max_tool_calls reached: the model asked for {len(open_calls)} more calls after "
                 f"{st.tool_calls} (limit {limit})"
             )
-        for call in open_calls:
-            prepared = self.prepare(call)
-            if isinstance(prepared, PreparedCall):
-                to_run.append(prepared)
-                if not call.started:
-                    self.record("tool_started", call_id=call.id, name=call.name, arguments=call.arguments)
-                if not self.limits.parallel_tool_calls:
+        if not self.limits.parallel_tool_calls:
+            for call in open_calls:
+                prepared = self.prepare(call)
+                if prepared is not None:
+                    self.mark_started(call)
                     self.sync()
                     await self.execute(prepared)
-        if self.limits.parallel_tool_calls and to_run:
-            self.sync()
-            await asyncio.gather(*(self.execute(p) for p in to_run))
+        else:
+            # Every call is prepared (and any approval asked) before the first is marked started:
+            # a run stopped while an approver thinks has started nothing.
+            prepared_calls = [(call, self.prepare(call)) for call in open_calls]
+            for call, prepared in prepared_calls:
+                if prepared is not None:
+                    self.mark_started(call)
+                    to_run.append(prepared)
+            if to_run:
+                self.sync()
+                await asyncio.gather(*(self.execute(p) for p in to_run))
         self.check_retry_budgets()
+
+    def mark_started(self, call: PendingCall) -> None:
+        if not call.started:
+            self.record("tool_started", call_id=call.id, name=call.name, arguments=call.arguments)
 
     def prepare(self, call: PendingCall) -> PreparedCall | None:
         tool = self.agent.tool(call.name)
@@ -662,11 +672,17 @@ class _Loop:
 
     def approved(self, call: PendingCall, arguments: dict[str, Any], why: Hold) -> bool:
         """The approval policy's answer, asked once per call and logged (a resumed run reuses it)."""
-        if call.id in self.state.approvals:
-            return bool(self.state.approvals[call.id]["granted"])
+        if call.approval is not None:
+            return call.approval
         granted = ask(self.agent.policies.approval, call.name, arguments, why)
         self.record(
-            "approval", call_id=call.id, name=call.name, rule=why.rule, reason=why.message, granted=granted
+            "approval",
+            call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            rule=why.rule,
+            reason=why.message,
+            granted=granted,
         )
         return granted
 

@@ -209,8 +209,9 @@ class AskOnConsole:
 
     def __call__(self, name: str, arguments: dict, why) -> bool:
         self.progress.end_stream()
+        # The whole call, as it would run: nothing shortened or folded that the user approves.
         shown = json.dumps(arguments, ensure_ascii=False)
-        self.err.write(f"[ask] {name}({_short(shown, 400)})\n[ask] held back: {why}\n[ask] run it? [y/N] ")
+        self.err.write(f"[ask] {name}({shown})\n[ask] held back: {why}\n[ask] run it? [y/N] ")
         self.err.flush()
         answer = self.answers.readline()
         if not answer:

@@ -13,6 +13,7 @@ import pytest
 from sglang_ds41.agents import (
     Agent,
     ApproveCalls,
+    ApproveWith,
     LimitExceeded,
     ModelRequestError,
     Policies,
@@ -313,3 +314,29 @@ def test_process_executor_leaves_no_children_behind():
             break
         unreaped += 1
     assert unreaped <= 1  # only the last call's child may still await its reaper
+
+
+def test_an_approval_answers_only_its_own_call_even_when_a_server_reuses_call_ids(serve, monkeypatch):
+    """Some servers number call ids per response ("call_0" every turn): a grant given for one
+    turn's call must not run the next turn's call of the same id."""
+    monkeypatch.setattr("sglang_ds41.agents.testing._turn", lambda body: 0)
+    server = serve(
+        [
+            Reply(reasoning_content="r", tool_calls=[("delete_account", {"user": "bob"})]),
+            Reply(reasoning_content="r", tool_calls=[("delete_account", {"user": "eve"})]),
+            Reply(reasoning_content="r", content="done"),
+        ]
+    )
+    asked = []
+
+    def decide(name, arguments):
+        asked.append(arguments["user"])
+        return arguments["user"] == "bob"
+
+    policies = Policies(approval=ApproveWith(decide), executor=ThreadExecutor())
+    result = Runner.run_sync(agent(policies=policies), "go", base_url=server.base_url)
+    assert asked == ["bob", "eve"] and RUNS == ["delete bob"]
+    assert [(a["call_id"], a["granted"]) for a in result.approvals] == [
+        ("call_0_0", True),
+        ("call_0_0", False),
+    ]

@@ -114,6 +114,27 @@ def test_an_approval_given_before_a_crash_is_kept_and_never_asked_again(serve, t
     ]
 
 
+def test_a_run_stopped_while_the_approver_decides_has_started_no_call(serve, tmp_path):
+    """Parallel calls are all approved before any is marked started, so stopping at the second
+    question (Ctrl-C at `--ask`) leaves the first call to run on resume, not "interrupted"."""
+    server = serve(by_turn(SCRIPT))
+    run_dir, notes = tmp_path / "run", tmp_path / "notes"
+
+    def grant_a_then_stop(name, arguments):
+        if arguments["text"] == "B":
+            raise KeyboardInterrupt
+        return True
+
+    agent = make_agent(str(notes), idempotent=False, approval=ApproveWith(grant_a_then_stop))
+    with pytest.raises(KeyboardInterrupt):
+        Runner.run_sync(agent, "go", base_url=server.base_url, run_dir=run_dir)
+    assert "tool_started" not in [e.type for e in read_log(run_dir)]
+    agent = make_agent(str(notes), idempotent=False, approval=ApproveWith(lambda name, arguments: True))
+    result = Runner.resume_sync(agent, run_dir, base_url=server.base_url)
+    assert sorted(notes.read_text().splitlines()) == ["call_0_0 A", "call_0_1 B", "call_1_0 C"]
+    assert INTERRUPTED not in [m["content"] for m in result.messages if m["role"] == "tool"]
+
+
 def test_resuming_a_finished_run_sends_nothing(serve, tmp_path):
     server = serve(by_turn(SCRIPT))
     first = Runner.run_sync(
