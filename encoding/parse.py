@@ -26,10 +26,11 @@ Deliberate differences from the official parser:
    text for a half-written character and drops the text since the last special token.
 4. Tool-call ids are `call_{index:02d}_{24 chars}` as upstream; the id source is pluggable
    (`seeded_tool_call_ids`) so results can be reproduced.
-5. Token mode with tools: a `｜DSML｜` id in reasoning or content that does not follow `<` opens
-   the calls block as `<｜DSML｜` does, and the message reports it. The id only ever begins a tag,
-   and under a strict `auto` grammar the block after it is constrained while the `<` before it
-   is free text (docs/ENCODING.md §4.4); the official parser leaves the block in `content`.
+5. Token mode with tools: a `｜DSML｜` id in reasoning or content that does not follow `<` (none,
+   or a stray closing `</`) opens the calls block as `<｜DSML｜` does, and the message reports
+   it. The id only ever begins a tag, and under a strict `auto` grammar the block after it is
+   constrained while the `<` before it is free text (docs/ENCODING.md §4.4); the official
+   parser leaves the block in `content`.
 """
 
 from __future__ import annotations

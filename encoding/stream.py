@@ -12,7 +12,8 @@ the special ids produce, see `token_text.py`):
 
     reasoning   "\\n"* "</think>" -> content;  "\\n"* "<D" -> block (tools only);  a leading "\\n" is dropped
     content     "\\n"* "<D" -> block (tools only);  "</think>" deleted;  a leading "\\n" is dropped
-                token mode: a D without the "<" opens the block too (reported; see `parse.py` 5.)
+                token mode: a D without the "<" (or after a stray "</") opens the block too (reported;
+                see `parse.py` 5.)
                 json_object: "```json\\n" / "```\\n" / "{" / "[" -> json, other text becomes one space
     json        "\\n```" -> after-json (text there becomes one space; "<D" still opens a block)
     block       'invoke name="' -> name;  "</D calls>" / "</D tool_calls>" -> finished; other text ignored
@@ -251,7 +252,9 @@ class _Markers:
 
 
 Branch = tuple[object, tuple[Stage, bool], Kind, object]
-BARE_BLOCK_BEGIN = "tool-call block opened by the ｜DSML｜ token without the `<` before it"
+BARE_BLOCK_BEGIN = (
+    "tool-call block opened by a ｜DSML｜ token that does not follow `<` (no `<`, or a stray `</`)"
+)
 
 
 def _branches(
@@ -267,7 +270,8 @@ def _branches(
         if options.parse_tool_calls:
             add(_NewlinesThen(m.dsml_begin), Stage.BLOCK, Kind.BLOCK_BEGIN)
             if m.bare_dsml is not None:  # after "<D", which wins when the "<" is there
-                add(_NewlinesThen(m.bare_dsml), Stage.BLOCK, Kind.BLOCK_BEGIN, BARE_BLOCK_BEGIN)
+                for opener in ("</" + m.bare_dsml, m.bare_dsml):  # a stray closing tag, or no "<"
+                    add(_NewlinesThen(opener), Stage.BLOCK, Kind.BLOCK_BEGIN, BARE_BLOCK_BEGIN)
 
     if stage is Stage.CONTENT:
         if options.parse_json_output:
