@@ -41,6 +41,14 @@ CUT_IN_NAME = "call cut off inside its name"
 _STOP_SCAN_IDS_PER_CHAR = 4
 
 
+def _without_cut_block_start(held: list) -> list:
+    """The parser's last deltas less a trailing cut-off calls-block start in their content."""
+    if held and isinstance(held[-1], ContentDelta):
+        text = _CUT_BLOCK_START.sub("", held[-1].text)
+        return [*held[:-1], ContentDelta(text)] if text else held[:-1]
+    return held
+
+
 @dataclass(frozen=True)
 class ServedCall:
     """One invoke of the output; `position` is its place among all the output's calls."""
@@ -143,13 +151,14 @@ class ServedOutput:
             ids = ids[:-1]
         truncated = finish_type == "length"
         deltas = self._parser.feed_ids(ids) if ids else []
-        deltas += self._parser.flush()
-        message = self._parser.finish("length" if truncated else "stop")
-        step = self._step(deltas, final=True)
+        held = self._parser.flush()
         if truncated and self._parser.options.parse_tool_calls:
-            # Text held back as the possible start of a calls block ("\n\n<" before `｜DSML｜`)
-            # that the cut-off output never finished is not content.
-            step.content = _CUT_BLOCK_START.sub("", step.content)
+            # Text held back to the end as the possible start of a calls block ("\n\n<" before
+            # `｜DSML｜`) that the cut-off output never finished is not content. Only the text
+            # held back can be that, whatever the chunking (text released earlier stays).
+            held = _without_cut_block_start(held)
+        message = self._parser.finish("length" if truncated else "stop")
+        step = self._step(deltas + held, final=True)
         if not self._released:
             self._released = True
             closed = self._parser.calls_block_closed

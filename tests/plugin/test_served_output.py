@@ -147,6 +147,27 @@ def test_truncation_anywhere_in_the_calls_never_gives_a_valid_call_nor_dsml_cont
         assert step == run(ids[:end], TOOLS, finish="length")
 
 
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ("Writing.\n\n<", "Writing."),  # cut right before the DSML id: the held "\n\n<" goes
+        ("Writing.\n\n", "Writing."),
+        ("x\n<\n\n" + Special.DSML.value, "x\n<"),  # "x\n<" was text before the block began
+        ("x <\n\n<" + Special.DSML.value, "x <\n"),
+    ],
+)
+def test_a_cut_off_block_start_is_dropped_the_same_for_every_chunking(text, content):
+    ids = scripted.script_ids(text) if Special.DSML.value not in text else _ids_with_dsml(text)
+    assert run(ids, TOOLS, finish="length").content == content
+    for cut in range(1, len(ids)):
+        assert run(ids, TOOLS, [cut], finish="length").content == content, cut
+
+
+def _ids_with_dsml(text: str) -> list[int]:
+    head, tail = text.split(Special.DSML.value)
+    return [*scripted.script_ids(head), Special.DSML.id, *(scripted.script_ids(tail) if tail else [])]
+
+
 def test_the_matched_stop_id_is_not_parsed():
     ids = [*scripted.script_ids("Hello"), Special.EOS.id]
     assert run(ids, TOOLS).content == "Hello<｜end▁of▁sentence｜>"  # an EOS the engine did not match
