@@ -12,11 +12,14 @@ import math
 import random
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.special_tokens import Special
 
 from sglang_ds41.backend import scripted
 from sglang_ds41.plugin.served_output import BLOCK_NOT_CLOSED, ServedOutput, Step
+from tests.encoding.parse_oracle import model_ids, model_outputs
 
 SCRIPTS = {s.name: s for s in scripted.ADVERSARIAL_SCRIPTS}
 TOOLS = ParsingOptions(thinking=False, parse_tool_calls=True)
@@ -204,3 +207,21 @@ def test_a_finish_sent_again_changes_nothing():
     assert output.finish(scripted.script_ids("hi"), "stop").content == "hi"
     assert output.finish([5, 6], "stop") == Step()
     assert output.num_consumed_tokens == len(scripted.script_ids("hi")) + 2
+
+
+@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model_outputs(), st.randoms(use_true_random=False))
+@example(
+    (f"x\n<\n\n{Special.DSML.value} calls>", TOOLS, "length"), random.Random(1)
+)  # text before a cut block
+def test_generated_outputs_stream_as_they_parse_at_once(case, rng):
+    """Any model output (reasoning, content, well-formed and broken DSML, cut at max_tokens), fed
+    as the engine's ids in random chunks, gives the one-shot result."""
+    text, options, finish = case
+    ids = model_ids(text)
+    finish_type = "length" if finish == "length" else "stop"
+    whole = run(ids, options, finish=finish_type)
+    chunks = random_chunks(len(ids), rng)[:-1] if ids else []
+    assert run(ids, options, chunks, finish=finish_type) == whole
+    if options.parse_tool_calls and not options.parse_json_output:  # (JSON text is the value's)
+        assert Special.DSML.value not in whole.content
