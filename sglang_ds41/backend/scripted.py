@@ -23,8 +23,8 @@ per-KV-slot copy of the token ids), so it survives chunked prefill and radix pre
 Script content is text whose special spellings become their ids (`script_ids`), or
 `RenderedCalls`: an answer with tool calls as our V4.1 encoder renders them, ids as a model
 writes them (DSML tags as special ids, argument text as plain text even where it spells a
-special token). The `args-*`, `broken-calls` and `unclosed-block` scripts feed the server
-adversarial argument values and malformed calls (tests/integration/test_served_output.py).
+special token). The `args-*`, `broken-calls`, `unclosed-block` and `bare-dsml` scripts feed the
+server adversarial argument values and malformed calls (tests/integration/test_served_tool_calls.py).
 
 The checkpoint (`write_scripted_checkpoint`) is config.json (architecture
 `DeepseekV41ScriptedForCausalLM`, scripts as token ids), the real V4.1 tokenizer, and one
@@ -133,6 +133,7 @@ ARGS_VALUES_TRIGGER = "[script:args-values]"
 ARGS_LONG_TRIGGER = "[script:args-long]"
 BROKEN_CALLS_TRIGGER = "[script:broken-calls]"
 UNCLOSED_BLOCK_TRIGGER = "[script:unclosed-block]"
+BARE_DSML_TRIGGER = "[script:bare-dsml]"
 
 # String argument values, each written with string="true" and returned byte for byte.
 ADVERSARIAL_STRINGS: tuple[str, ...] = (
@@ -250,6 +251,12 @@ ADVERSARIAL_SCRIPTS = (
         UNCLOSED_BLOCK_TRIGGER,
         "A call, but the block is never closed.",
         "\n\n<｜DSML｜ calls>\n" + _raw_invoke('string="true"', "x"),
+    ),
+    Script(
+        "bare-dsml",
+        BARE_DSML_TRIGGER,
+        "A good call whose block opens without its `<` (strict `auto` cannot require it).",
+        "Calling.\n\n｜DSML｜ calls>\n" + _raw_invoke('string="true"', "fine") + "\n</｜DSML｜ calls>",
     ),
 )
 

@@ -126,7 +126,7 @@ def test_the_client_receives_exactly_the_calls_rendered(answers, name, stream):
 
 
 @pytest.mark.parametrize(
-    "name", ["args-strings", "args-values", "args-long", "broken-calls", "unclosed-block"]
+    "name", ["args-strings", "args-values", "args-long", "broken-calls", "unclosed-block", "bare-dsml"]
 )
 def test_streamed_deltas_add_up_to_the_one_shot_message(answers, name):
     trigger = SCRIPT[name].trigger
@@ -155,6 +155,17 @@ def test_an_unclosed_calls_block_arrives_flagged(answers, stream):
     [call] = message["invalid"]
     assert call["function"] == {"name": "echo", "arguments": '{"value": "x"}'}
     assert call["error"] == "tool-call block not closed"
+    assert_no_dsml(message)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["one-shot", "streamed"])
+def test_a_calls_block_without_its_opening_lt_still_arrives_as_the_call(answers, stream):
+    message = answers(scripted.BARE_DSML_TRIGGER, stream)
+    assert [(c["name"], json.loads(c["arguments"])) for c in message["tool_calls"]] == [
+        ("echo", {"value": "fine"})
+    ]
+    assert message["invalid"] == [] and message["finish_reason"] == "tool_calls"
+    assert message["content"] == "Calling."
     assert_no_dsml(message)
 
 
