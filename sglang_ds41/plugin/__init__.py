@@ -12,6 +12,8 @@ hooks:
   malformed calls come as the `invalid_tool_calls` extension field, never as `tool_calls`;
 * AROUND (`responses.py`): the Responses API's output goes through the same parser; malformed
   calls come as `function_call` items with `status: "incomplete"`;
+* AROUND (`text_endpoints.py`): so do `/separate_reasoning` and `/parse_function_call` (text
+  in; a malformed call carries an `error` field);
 * AROUND (`thinking.py`): one thinking decision per V4.1 request (DeepSeek's `thinking` field,
   `reasoning_effort`, our `reasoning_budget`, the server default) for prompt, parser and
   grammar, so `response_format` / `tool_choice` constrain the answer after the reasoning;
@@ -38,10 +40,16 @@ def register() -> None:
     upstream SGLang (importing `engram_embedding` checks the whole upstream surface first)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_ds41.plugin import grammar_compile, parsers, responses, thinking
+    from sglang_ds41.plugin import grammar_compile, parsers, responses, text_endpoints, thinking
     from sglang_ds41.plugin.engram_embedding import TARGET, Ds41EngramEmbedding
 
     HookRegistry.register(TARGET, Ds41EngramEmbedding, HookType.REPLACE)
-    for hooks in (thinking.HOOKS, parsers.HOOKS, responses.HOOKS, grammar_compile.HOOKS):
+    for hooks in (
+        thinking.HOOKS,
+        parsers.HOOKS,
+        responses.HOOKS,
+        text_endpoints.HOOKS,
+        grammar_compile.HOOKS,
+    ):
         for target, hook in hooks.items():
             HookRegistry.register(target, hook, HookType.AROUND)

@@ -137,6 +137,10 @@ SIGNATURES: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream.step": "(self, "
     "chunk: 'dict[str, Any]', finish_reason: 'Optional[dict[str, Any]]') -> "
     "'tuple[str, str, list[ToolCallItem]]'",
+    # The text-parsing endpoints (plugin/text_endpoints.py).
+    f"{RECIPE_ADAPTER}.separate_reasoning_text": "(self, text: 'str') -> 'tuple[str, str]'",
+    f"{RECIPE_ADAPTER}.parse_function_call_text": "(self, text: 'str', tools: 'list[Tool]') -> "
+    "'tuple[str, list[ToolCallItem]]'",
     # Token-exact V4.1 tool-call grammars (plugin/grammar_compile.py).
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "(self, key_string: str) -> "
     "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject",
@@ -183,6 +187,9 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream"
     ".step": "d12bca50853c757c",
     f"{RESPONSES}._incomplete_tool_call_indices": "be6f54ecf863dbfd",
+    # plugin/text_endpoints.py re-implements these.
+    f"{RECIPE_ADAPTER}.separate_reasoning_text": "c6962c58857ba40c",
+    f"{RECIPE_ADAPTER}.parse_function_call_text": "e930b84beb9ae0fb",
 }
 
 

@@ -212,3 +212,62 @@ def test_a_call_cut_off_by_max_tokens_arrives_flagged_and_content_stays_clean(an
             assert name and "write_file".startswith(name) and name != "write_file"
     other = answers(scripted.ARGS_LONG_TRIGGER, not stream, max_tokens=max_tokens)
     assert without_ids(message) == without_ids(other)
+
+
+# ---- the text endpoints: /parse_function_call and /separate_reasoning ------------------------
+
+
+def post(server, path: str, body: dict) -> dict:
+    import httpx
+
+    response = httpx.post(server.url + path, json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_parse_function_call_keeps_strings_exact_and_flags_malformed_calls(scripted_server):
+    """The text endpoint reads V4.1 output as chat does: surrounding whitespace kept, broken JSON
+    and an unknown attribute returned with an `error` (upstream returns them as plain calls)."""
+    from sglang_ds41.backend.scripted import _raw_invoke
+
+    value = "  two spaces, then a newline\n"
+    text = (
+        "Calling.\n\n<｜DSML｜ calls>\n"
+        + "\n".join(
+            [
+                _raw_invoke('string="true"', value),
+                _raw_invoke('string="false"', "{not json"),
+                _raw_invoke('lang="en" string="true"', "attr"),
+            ]
+        )
+        + "\n</｜DSML｜ calls>"
+    )
+    tools = [{"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}]
+    body = post(
+        scripted_server,
+        "/parse_function_call",
+        {"text": text, "tool_call_parser": "deepseekv41", "tools": tools},
+    )
+    assert body["normal_text"] == "Calling."
+    good, broken, attribute = body["calls"]
+    assert good == {"tool_index": 0, "name": "echo", "parameters": json.dumps({"value": value})}
+    assert broken["parameters"] == '{"value": {not json}' and "not valid JSON" in broken["error"]
+    assert "unexpected attribute text" in attribute["error"] and "lang" in attribute["error"]
+    cut = post(
+        scripted_server,
+        "/parse_function_call",
+        {"text": text[:-40], "tool_call_parser": "deepseekv41", "tools": tools},
+    )
+    assert all("tool-call block not closed" in call["error"] for call in cut["calls"])
+
+
+def test_separate_reasoning_splits_at_the_think_end_token(scripted_server):
+    def split(text: str) -> tuple[str, str]:
+        body = post(
+            scripted_server, "/separate_reasoning", {"text": text, "reasoning_parser": "deepseek-v41"}
+        )
+        return body["reasoning_text"], body["text"]
+
+    assert split("<think>weigh it\n</think>\n\nThe answer.") == ("weigh it", "The answer.")
+    assert split("plan first</think>Done.") == ("plan first", "Done.")
+    assert split("No reasoning here.") == ("", "No reasoning here.")
