@@ -34,7 +34,7 @@ from sglang_ds41.encoding.parsed import ParsedToolCall
 from sglang_ds41.encoding.stream import ContentDelta, ReasoningDelta, StreamParser
 
 BLOCK_NOT_CLOSED = "tool-call block not closed"
-_CUT_BLOCK_START = re.compile(r"\n*<?\Z")
+_CUT_BLOCK_START = re.compile(r"\n*(?:</?)?\Z")  # what the parser holds back before a DSML id
 CUT_IN_NAME = "call cut off inside its name"
 # A stop match ends on the last id; the ids it covers decode to at least one character each,
 # except pieces of a character split over several byte-level ids (at most 4 per character).
@@ -42,10 +42,11 @@ _STOP_SCAN_IDS_PER_CHAR = 4
 
 
 def _without_cut_block_start(held: list) -> list:
-    """The parser's last deltas less a trailing cut-off calls-block start in their content."""
-    if held and isinstance(held[-1], ContentDelta):
+    """The parser's last deltas less a trailing cut-off calls-block start (a block can open in
+    the reasoning as in the content)."""
+    if held and isinstance(held[-1], ContentDelta | ReasoningDelta):
         text = _CUT_BLOCK_START.sub("", held[-1].text)
-        return [*held[:-1], ContentDelta(text)] if text else held[:-1]
+        return [*held[:-1], type(held[-1])(text)] if text else held[:-1]
     return held
 
 
@@ -153,9 +154,10 @@ class ServedOutput:
         deltas = self._parser.feed_ids(ids) if ids else []
         held = self._parser.flush()
         if truncated and self._parser.options.parse_tool_calls:
-            # Text held back to the end as the possible start of a calls block ("\n\n<" before
-            # `｜DSML｜`) that the cut-off output never finished is not content. Only the text
-            # held back can be that, whatever the chunking (text released earlier stays).
+            # Text held back to the end as the possible start of a calls block ("\n\n<" or "</"
+            # before `｜DSML｜`) that the cut-off output never finished is neither content nor
+            # reasoning. Only the text held back can be that, whatever the chunking (text
+            # released earlier stays).
             held = _without_cut_block_start(held)
         message = self._parser.finish("length" if truncated else "stop")
         step = self._step(deltas + held, final=True)

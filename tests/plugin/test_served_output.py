@@ -155,15 +155,21 @@ def test_truncation_anywhere_in_the_calls_never_gives_a_valid_call_nor_dsml_cont
     [
         ("Writing.\n\n<", "Writing."),  # cut right before the DSML id: the held "\n\n<" goes
         ("Writing.\n\n", "Writing."),
+        ("Hi.\n\n</", "Hi."),  # a stray closing tag opens a block too
         ("x\n<\n\n" + Special.DSML.value, "x\n<"),  # "x\n<" was text before the block began
         ("x <\n\n<" + Special.DSML.value, "x <\n"),
     ],
 )
-def test_a_cut_off_block_start_is_dropped_the_same_for_every_chunking(text, content):
+@pytest.mark.parametrize("reasoning", [False, True], ids=["content", "reasoning-as-content"])
+def test_a_cut_off_block_start_is_dropped_the_same_for_every_chunking(text, content, reasoning):
+    """Also where the block would have opened inside the reasoning, returned as content."""
     ids = scripted.script_ids(text) if Special.DSML.value not in text else _ids_with_dsml(text)
-    assert run(ids, TOOLS, finish="length").content == content
+    options, kw = (THINKING_TOOLS, {"separate_reasoning": False}) if reasoning else (TOOLS, {})
+    assert run(ids, options, finish="length", **kw).content == content
     for cut in range(1, len(ids)):
-        assert run(ids, TOOLS, [cut], finish="length").content == content, cut
+        assert run(ids, options, [cut], finish="length", **kw).content == content, cut
+    if reasoning:  # separated, the reasoning loses the same cut-off start
+        assert run(ids, THINKING_TOOLS, finish="length").reasoning == content
 
 
 def _ids_with_dsml(text: str) -> list[int]:
