@@ -103,19 +103,35 @@ class ApproveWith:
     def __init__(self, decide: Callable[..., Any]) -> None:
         if not callable(decide):
             raise AgentConfigError(f"ApproveWith needs a callable, got {type(decide).__name__}")
+        if inspect.iscoroutinefunction(decide):
+            raise AgentConfigError(
+                f"ApproveWith needs a plain function that returns True or False; {decide!r} is async"
+            )
         self._decide = decide
 
     def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold | None = None) -> bool:
         if why is not None and _takes_why(self._decide):
-            return bool(self._decide(tool_name, arguments, why))
-        return bool(self._decide(tool_name, arguments))
+            return _answer(self._decide(tool_name, arguments, why), self._decide)
+        return _answer(self._decide(tool_name, arguments), self._decide)
 
 
 def ask(policy: ApprovalPolicy, tool_name: str, arguments: dict[str, Any], why: Hold) -> bool:
     """The policy's answer for this call; `why` is passed when its `approve` takes it."""
     if _takes_why(policy.approve):
-        return bool(policy.approve(tool_name, arguments, why))
-    return bool(policy.approve(tool_name, arguments))  # type: ignore[call-arg]
+        return _answer(policy.approve(tool_name, arguments, why), policy)
+    return _answer(policy.approve(tool_name, arguments), policy)  # type: ignore[call-arg]
+
+
+def _answer(answer: Any, source: Any) -> bool:
+    """An approver's answer as a bool; an awaitable (an async approver) is an error, never a
+    grant (a coroutine object is truthy)."""
+    if inspect.isawaitable(answer):
+        if inspect.iscoroutine(answer):
+            answer.close()
+        raise AgentConfigError(
+            f"the approver {source!r} returned an awaitable; approvers must be synchronous"
+        )
+    return bool(answer)
 
 
 def _takes_why(fn: Callable[..., Any]) -> bool:

@@ -12,6 +12,7 @@ import openai
 import pytest
 from sglang_ds41.agents import (
     Agent,
+    AgentConfigError,
     ApproveCalls,
     ApproveWith,
     LimitExceeded,
@@ -340,3 +341,22 @@ def test_an_approval_answers_only_its_own_call_even_when_a_server_reuses_call_id
         ("call_0_0", True),
         ("call_0_0", False),
     ]
+
+
+def test_an_async_approver_is_refused_at_setup_and_never_grants(serve):
+    """A coroutine object is truthy: an async callback must never count as a grant."""
+
+    async def decide(name, arguments):
+        return False
+
+    with pytest.raises(AgentConfigError, match="is async"):
+        ApproveWith(decide)
+
+    class AsyncPolicy:
+        def approve(self, tool_name, arguments):
+            return decide(tool_name, arguments)
+
+    server = serve([Reply(reasoning_content="r", tool_calls=[("delete_account", {"user": "bob"})])])
+    with pytest.raises(AgentConfigError, match="returned an awaitable"):
+        Runner.run_sync(agent(policies=Policies(approval=AsyncPolicy())), "go", base_url=server.base_url)
+    assert RUNS == []
