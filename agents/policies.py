@@ -108,9 +108,10 @@ class ApproveWith:
                 f"ApproveWith needs a plain function that returns True or False; {decide!r} is async"
             )
         self._decide = decide
+        self._takes_why = _takes_why(decide)
 
     def approve(self, tool_name: str, arguments: dict[str, Any], why: Hold | None = None) -> bool:
-        if why is not None and _takes_why(self._decide):
+        if why is not None and self._takes_why:
             return _answer(self._decide(tool_name, arguments, why), self._decide)
         return _answer(self._decide(tool_name, arguments), self._decide)
 

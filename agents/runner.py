@@ -604,7 +604,6 @@ class _Loop:
             for call in open_calls:  # a call cut by the token limit is never executed
                 self.finish_call(call, "truncated", TRUNCATED)
             return
-        to_run: list[PreparedCall] = []
         for call in open_calls:
             if call.started and not (agent.tool(call.name) and agent.tool(call.name).idempotent):
                 self.finish_call(call, "interrupted", INTERRUPTED)
@@ -625,14 +624,12 @@ class _Loop:
         else:
             # Every call is prepared (and any approval asked) before the first is marked started:
             # a run stopped while an approver thinks has started nothing.
-            prepared_calls = [(call, self.prepare(call)) for call in open_calls]
-            for call, prepared in prepared_calls:
-                if prepared is not None:
-                    self.mark_started(call)
-                    to_run.append(prepared)
-            if to_run:
+            ready = [(call, prepared) for call in open_calls if (prepared := self.prepare(call)) is not None]
+            for call, _ in ready:
+                self.mark_started(call)
+            if ready:
                 self.sync()
-                await asyncio.gather(*(self.execute(p) for p in to_run))
+                await asyncio.gather(*(self.execute(prepared) for _, prepared in ready))
         self.check_retry_budgets()
 
     def mark_started(self, call: PendingCall) -> None:

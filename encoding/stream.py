@@ -270,7 +270,7 @@ def _branches(
         if options.parse_tool_calls:
             add(_NewlinesThen(m.dsml_begin), Stage.BLOCK, Kind.BLOCK_BEGIN)
             if m.bare_dsml is not None:  # after "<D", which wins when the "<" is there
-                for opener in ("</" + m.bare_dsml, m.bare_dsml):  # a stray closing tag, or no "<"
+                for opener in (m.dsml_end, m.bare_dsml):  # a stray closing tag, or no "<"
                     add(_NewlinesThen(opener), Stage.BLOCK, Kind.BLOCK_BEGIN, BARE_BLOCK_BEGIN)
 
     if stage is Stage.CONTENT:

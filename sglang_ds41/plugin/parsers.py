@@ -52,9 +52,14 @@ _COLLECTED: contextvars.ContextVar[list[list[dict[str, Any]]] | None] = contextv
 )
 
 
+def v41_adapter(adapter: Any) -> bool:
+    """The adapter renders and parses the V4.1 chat encoding."""
+    return getattr(adapter, "_spec", None) == SPEC
+
+
 def ours(adapter: Any) -> bool:
     """The adapter serves V4.1 and parses its output (a V4.1 parser is configured)."""
-    return getattr(adapter, "_spec", None) == SPEC and bool(getattr(adapter, "_token_output", False))
+    return v41_adapter(adapter) and bool(getattr(adapter, "_token_output", False))
 
 
 # ---- the request's parsing options, as upstream decides them ---------------------------------

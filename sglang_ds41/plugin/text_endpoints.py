@@ -25,12 +25,8 @@ from typing import Any
 
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.special_tokens import Special
-from sglang_ds41.plugin.parsers import ADAPTER, SPEC
+from sglang_ds41.plugin.parsers import ADAPTER, v41_adapter
 from sglang_ds41.plugin.served_output import ServedOutput, Step
-
-
-def _v41(adapter: Any) -> bool:
-    return getattr(adapter, "_spec", None) == SPEC
 
 
 def _parse(adapter: Any, ids: list[int], options: ParsingOptions) -> Step:
@@ -56,7 +52,7 @@ def _flagged_item() -> type:
 
 def separate_reasoning_text(original, self, text: str):
     """AROUND `separate_reasoning_text`: (reasoning, content) of a completion's text."""
-    if not _v41(self):
+    if not v41_adapter(self):
         return original(self, text)
     ids = _ids(self, text)
     opened = ids[:1] == [Special.THINK_START.id]
@@ -68,7 +64,7 @@ def separate_reasoning_text(original, self, text: str):
 
 def parse_function_call_text(original, self, text: str, tools: list):
     """AROUND `parse_function_call_text`: (content, calls) of a completion's text."""
-    if not _v41(self) or not tools:
+    if not v41_adapter(self) or not tools:
         return original(self, text, tools)
     from sglang.srt.function_call.core_types import ToolCallItem
 
