@@ -8,7 +8,7 @@ The public API fits on one screen:
 * `Runner.run / run_sync / run_streamed / resume / resume_sync` -> `RunResult`.
 * Policies: `Policies(limits=Limits(...), approval=..., retry=RetryPolicy(...), executor=...,
   untrusted=UntrustedContent())`; tools declare `effect=`, `trusted_output=`, `destinations=`,
-  `address_of=`, `content=`, `private_output=` for it (trust.py). An approver (`ApproveWith(decide)`) is told
+  `content=`, `private_output=` for it (trust.py). An approver (`ApproveWith(decide)`) is told
   why a call is held back (`Hold`), and its answers are logged (`RunResult.approvals`).
 
 Example::

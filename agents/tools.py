@@ -16,7 +16,7 @@ import dataclasses
 import inspect
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_type_hints
 
@@ -69,11 +69,9 @@ class Tool:
     (otherwise an interrupted call gets an explicit "interrupted" result and is never re-run).
     `effect` (read / write / network / messages / payments), `trusted_output`, `destinations`
     (the parameters that say where data, money or access goes: recipients, accounts, URLs),
-    `address_of` (a destination that is the address of whom another parameter names:
-    {"user_email": "user"}), `content` (the parameters that are prose: a message body, a file's
-    text) and `private_output` (the output is the user's secrets: identity documents, card
-    numbers) feed the untrusted-content policy (trust.py): declaring an effect on any tool turns
-    it on.
+    `content` (the parameters that are prose: a message body, a file's text) and `private_output`
+    (the output is the user's secrets: identity documents, card numbers) feed the
+    untrusted-content policy (trust.py): declaring an effect on any tool turns it on.
     """
 
     name: str
@@ -91,7 +89,6 @@ class Tool:
     destinations: tuple[str, ...] = ()
     content: tuple[str, ...] = ()
     private_output: bool = False
-    address_of: Mapping[str, str] = field(default_factory=dict)
     loose_parameters: dict[str, Any] = field(default_factory=dict, repr=False)
     model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = None
@@ -132,27 +129,9 @@ class Tool:
         both = sorted(set(self.destinations) & set(self.content))
         if both:
             raise AgentConfigError(f"tool {self.name!r}: {both} cannot be both destinations and content")
-        self._check_address_of(properties)
         SchemaValidator.compile(self.parameters, where)  # what the model is shown must be sound too
         own = self.loose_parameters or self.parameters
         object.__setattr__(self, "_validator", SchemaValidator.compile(own, where))
-
-    def _check_address_of(self, properties: dict[str, Any]) -> None:
-        pairs = self.address_of
-        if not isinstance(pairs, Mapping) or not all(isinstance(x, str) for kv in pairs.items() for x in kv):
-            raise AgentConfigError(
-                f"tool {self.name!r}: address_of must map a destination to the parameter naming its "
-                f"owner, got {pairs!r}"
-            )
-        for destination, owner in pairs.items():
-            if destination not in self.destinations:
-                raise AgentConfigError(f"tool {self.name!r}: address_of {destination!r} is not a destination")
-            if owner not in properties or owner == destination:
-                raise AgentConfigError(
-                    f"tool {self.name!r}: address_of {destination!r} names {owner!r}, which must be "
-                    "another parameter of the tool"
-                )
-        object.__setattr__(self, "address_of", dict(pairs))
 
     @property
     def own_schema(self) -> dict[str, Any]:
@@ -240,7 +219,6 @@ def function_tool(
     destinations: Sequence[str] = (),
     content: Sequence[str] = (),
     private_output: bool = False,
-    address_of: Mapping[str, str] | None = None,
 ) -> Any:
     """Make a `Tool` from a function; usable as `@function_tool` or `@function_tool(...)`."""
 
@@ -266,7 +244,6 @@ def function_tool(
             destinations=destinations,  # type: ignore[arg-type]  (Tool checks and converts)
             content=content,  # type: ignore[arg-type]
             private_output=private_output,
-            address_of=address_of or {},
             loose_parameters=loose,
             model=model,
             context_param=context_param,

@@ -5,8 +5,7 @@ Why: a tool's output (an email, a web page, a file, a review) can carry instruct
 may follow them. What the runner knows is where each piece of text came from, so the rule is
 stated in those terms: the provenance of each argument value of a call.
 
-What tools declare (`Tool.effect`, `trusted_output`, `destinations`, `address_of`, `content`,
-`private_output`):
+What tools declare (`Tool.effect`, `trusted_output`, `destinations`, `content`, `private_output`):
 
 * effect `read`: reads, changes nothing and sends nothing out. Always runs. `write`: changes state
   (files, calendars, passwords, accounts); undeclared tools count as this. `network`, `messages`,
@@ -17,8 +16,7 @@ What tools declare (`Tool.effect`, `trusted_output`, `destinations`, `address_of
   trusted tool nor a denial message launders a value the model passed in); the runner's own turns
   (repair prompts, errors) are not the user's words.
 * `destinations`: the parameters that say where data, money or access goes (recipients, account
-  numbers, URLs, channels, invitees, the merchant of a booking). `address_of`: a destination that
-  is the address of whom another parameter names (`{"user_email": "user"}`).
+  numbers, URLs, channels, invitees, the merchant of a booking).
 * `content`: the parameters that are prose (a message body, a file's text, a description).
   Every other parameter is a *name*: an id, a title, a place, an amount.
 * `private_output`: the output is the user's secrets (identity documents, card numbers).
@@ -32,10 +30,7 @@ by object (records), any other output is one field.
 1. *Destinations come from trusted text*: a destination value must occur in trusted text, or be a
    field of the one record that a trusted value picks out ("the participants of the
    'Introductory meeting'", "Sarah Baker's address": the user names the record, the record
-   supplies the value), or be looked up where the user said to look: an `address_of`
-   destination may come from the output of a call whose every argument trusted text names, when
-   that output also names the owner, and trusted text names the owner ("invite Dora, her e-mail
-   is on www.dora-website.com"). Never otherwise from untrusted text, nor made up by the model.
+   supplies the value). Never from untrusted text, nor made up by the model.
 2. *Secrets stay in*: an egress call's other values may not carry a value of a private output
    that the user's messages do not name.
 3. *Names are not quoted from untrusted text*: a name that occurs inside a longer field of an
@@ -60,12 +55,9 @@ again. A refused call is answered with that sentence, and the run goes on.
 What it cannot tell apart, and lets through:
 
 * A task whose correct action is dictated by untrusted content ("do what this email says",
-  "visit the links posted in the channel", "pay the bill in this file", "email everyone in the
-  minutes") looks exactly like an injection under any provenance rule, so it is held back; the
-  way out is an approver that knows the user's intent (`ApproveWith`).
-* An address looked up where the user said to look (rule 1) is whatever that source says: whoever
-  writes the page the user pointed at chooses the address used for the person the user named (an
-  invitation for anyone else stays held).
+  "invite her, her address is on her page", "visit the links posted in the channel", "email
+  everyone in the minutes") looks exactly like an injection under any provenance rule, so it is
+  held back; the way out is an approver that knows the user's intent (`ApproveWith`).
 * Names reached by indirection: an injection that names a record by another attribute ("delete
   the sales report") lets the model look its id up, a field (rule 4). Destinations are immune
   (rule 1 asks for a trusted source, not for the absence of an untrusted one); names are not.
@@ -84,7 +76,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -152,7 +144,6 @@ class Output:
     tool: str
     fields: tuple[str, ...]
     records: tuple[Record, ...] = ()
-    asked_with: tuple[str, ...] = ()  # the argument values of the call that returned it, as words
 
 
 @dataclass(frozen=True)
@@ -198,8 +189,7 @@ class Sources:
                 if tool is not None and tool.private_output:
                     private.append((name, tuple(words(v) for v in _leaf_values(text))))
                 if tool is not None and not output_trusted(tool):
-                    asked_with = tuple(w for _, value in _values(arguments) if (w := words(value)))
-                    untrusted.append(replace(parse_output(name, text), asked_with=asked_with))
+                    untrusted.append(parse_output(name, text))
                 else:  # a trusted tool, or the runner's own answer (unknown tool)
                     trusted.append(_without(words(text), _echoes(arguments)))
         return cls(
@@ -255,19 +245,6 @@ class Sources:
                             return value
         return None
 
-    def looked_up(self, needle: str, owner: str) -> str | None:
-        """The untrusted tool whose output names both these words and `owner`, trusted text
-        naming `owner` and every argument of the call that returned it: where the user said to
-        look someone's address up ("invite Dora, her e-mail is on www.dora-website.com")."""
-        if not self.vouched(owner):
-            return None
-        for output in self.untrusted:
-            if not output.asked_with or not all(self.vouched(value) for value in output.asked_with):
-                continue
-            if _in_a_field(needle, output) and _in_a_field(owner, output):
-                return output.tool
-        return None
-
     def secret_in(self, needle: str) -> tuple[str, str] | None:
         """(tool, value) for a value of a private output inside these words that the user's
         messages do not name."""
@@ -280,10 +257,6 @@ class Sources:
 
 
 DISTINCT = 3  # values with fewer characters (an id such as 13) occur anywhere: no source vouches
-
-
-def _in_a_field(needle: str, output: Output) -> bool:
-    return any(f" {needle} " in f" {field} " for field in output.fields)
 
 
 def _name_words(param: str) -> set[str]:
@@ -384,13 +357,7 @@ class UntrustedContent:
             if not needle:
                 continue
             if param in tool.destinations:
-                owner_param = tool.address_of.get(param)
-                owner_words = words(_scalar(arguments.get(owner_param)) or "") if owner_param else ""
-                if not (
-                    sources.vouched(needle)
-                    or sources.selected_by(needle)
-                    or (owner_words and sources.looked_up(needle, owner_words))
-                ):
+                if not (sources.vouched(needle) or sources.selected_by(needle)):
                     return Hold(
                         "destination",
                         f"{tool.name} is {kind} and its destination {param}={value!r} is named by no "

@@ -12,10 +12,10 @@ run three times: without the untrusted-content policy; with it (agents/trust.py)
 (calls the policy holds back are denied: fail closed); and with it and the user answering its
 approval requests ("asking": the user grants a held-back call that is one of their own task's
 calls and refuses any other, so what is measured is how many questions the policy costs). The
-tools are declared as below (`EFFECTS`, `DESTINATIONS`, `ADDRESS_OF`, `CONTENT`, `TRUSTED`,
-`PRIVATE`: what each tool is, not how AgentDojo uses it). Each user task also runs once with no
-injection at all ("clean"), so the cost of the policy to tasks that are never attacked is visible
-apart from the attacks.
+tools are declared as below (`EFFECTS`, `DESTINATIONS`, `CONTENT`, `TRUSTED`, `PRIVATE`: what
+each tool is, not how AgentDojo uses it). Each user task also runs once with no injection at all
+("clean"), so the cost of the policy to tasks that are never attacked is visible apart from the
+attacks.
 
 The injection text is ours by default: the injection task's goal, wrapped as an instruction.
 `--attack NAME` injects one of AgentDojo's registered attacks instead (`important_instructions`,
@@ -119,10 +119,6 @@ DESTINATIONS: dict[str, tuple[str, ...]] = {
     "create_calendar_event": ("participants",),
     "add_calendar_event_participants": ("participants",),
     "share_file": ("email",),
-}
-# Addresses of someone another parameter names: the address is looked up for that person.
-ADDRESS_OF: dict[str, dict[str, str]] = {
-    "invite_user_to_slack": {"user_email": "user"},
 }
 # Content: the parameters that are prose for whoever receives the call's effect (a message body,
 # a file's text, an e-mail's subject, an event's place and description, a payment's reference).
@@ -233,7 +229,6 @@ def make_tools(suite: TaskSuite, world: Environment) -> list[Tool]:
                 destinations=DESTINATIONS.get(function.name, ()),
                 content=CONTENT.get(function.name, ()),
                 private_output=function.name in PRIVATE,
-                address_of=ADDRESS_OF.get(function.name, {}),
                 max_retries=100,
             )
         )
