@@ -550,7 +550,7 @@ class _Loop:
             raise IncompleteStream("the streamed response ended before its finish_reason")
         tool_calls = [
             {
-                "id": c["id"] or f"call_{i}",
+                "id": c["id"],
                 "type": "function",
                 "function": {"name": c["name"], "arguments": c["arguments"]},
             }
@@ -579,9 +579,24 @@ class _Loop:
                     "started with --reasoning-parser deepseek-v41?"
                 )
         if calls:
-            message["tool_calls"] = calls
+            message["tool_calls"] = self.unique_ids(calls)
         invalid_calls = [_invalid_call(entry) for entry in invalid]
         return _Reply(message, finish or "stop", usage, warnings, invalid_calls)
+
+    def unique_ids(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The calls with ids unique in the run: a tool result is matched to its call by id, so
+        a missing id (a server that omits them) or one a server reuses on a later turn would
+        pair an output with another call (its tool, and whether its output is trusted)."""
+        used = {c["id"] for m in self.state.messages for c in m.get("tool_calls") or []}
+        turn = sum(1 for m in self.state.messages if m.get("role") == "assistant")
+        for index, call in enumerate(calls):
+            if not call["id"] or call["id"] in used:
+                fresh = f"call_{turn}_{index}"
+                while fresh in used:
+                    fresh += "_"
+                call["id"] = fresh
+            used.add(call["id"])
+        return calls
 
     def repair_calls(self) -> None:
         """A repair turn for the calls the server flagged as malformed: none of them ran."""

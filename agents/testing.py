@@ -43,6 +43,7 @@ class Reply:
     drop: bool = False  # close the connection without an answer (a transport error)
     drop_mid_stream: bool = False  # streamed: send some chunks, then close
     delay_s: float = 0.0
+    call_ids: Sequence[str] | None = None  # the calls' ids as sent (a server that omits or reuses them)
 
 
 Script = Sequence[Reply] | Callable[[dict[str, Any], int], Reply]
@@ -188,7 +189,7 @@ class ScriptedServer:
             }
         calls = [
             {
-                "id": f"call_{_turn(body)}_{i}",
+                "id": reply.call_ids[i] if reply.call_ids is not None else f"call_{_turn(body)}_{i}",
                 "name": name,
                 "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
             }

@@ -57,7 +57,9 @@ What it cannot tell apart, and lets through:
 * A task whose correct action is dictated by untrusted content ("do what this email says",
   "invite her, her address is on her page", "visit the links posted in the channel", "email
   everyone in the minutes") looks exactly like an injection under any provenance rule, so it is
-  held back; the way out is an approver that knows the user's intent (`ApproveWith`).
+  held back; the way out is an approver that knows the user's intent (`ApproveWith`). Tying a
+  looked-up address to the name the user gave does not tell them apart either: the injection
+  picks the name, and any word of the prompt will do ("invite 'webpage' at my address").
 * Names reached by indirection: an injection that names a record by another attribute ("delete
   the sales report") lets the model look its id up, a field (rule 4). Destinations are immune
   (rule 1 asks for a trusted source, not for the absence of an untrusted one); names are not.
@@ -164,18 +166,18 @@ class Sources:
     ) -> Sources:
         """`runner_turns`: positions of the runner's own user-role turns (`RunState.runner_turns`),
         which quote the model's output and so vouch for nothing."""
-        calls = {
-            call["id"]: (call["function"]["name"], _arguments(call["function"].get("arguments")))
-            for message in messages
-            if message.get("role") == "assistant"
-            for call in message.get("tool_calls") or []
-        }
+        # A result belongs to the latest call before it with its id (ids can repeat across turns).
+        calls: dict[str, tuple[str, Any]] = {}
         trusted: list[str] = []
         said: list[str] = []
         untrusted: list[Output] = []
         private: list[tuple[str, tuple[str, ...]]] = []
         for position, message in enumerate(messages):
             role, text = message.get("role"), _text(message.get("content"))
+            if role == "assistant":
+                for call in message.get("tool_calls") or []:
+                    function = call.get("function") or {}
+                    calls[call.get("id", "")] = (function.get("name"), _arguments(function.get("arguments")))
             if role in ("system", "developer", "user") and position not in runner_turns:
                 trusted.append(words(text))
                 said.append(words(text))
