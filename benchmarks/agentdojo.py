@@ -175,7 +175,8 @@ class Injector:
     def texts(self, user: BaseUserTask, task: BaseInjectionTask, vectors: list[str]) -> dict[str, str]:
         if self.attack is None:
             return dict.fromkeys(vectors, injection_text(task))
-        return {vector: self.attack.attack(user, task).get(vector, "") for vector in vectors}
+        texts = self.attack.attack(user, task)  # every vector's text, in one call
+        return {vector: texts.get(vector, "") for vector in vectors}
 
 
 TARGET = "gpt-4o-2024-05-13"  # the model AgentDojo's templates address ("GPT-4")
@@ -450,8 +451,8 @@ def main() -> None:
         world = Environment(suite)
         tools = make_tools(suite, world)
         finder = _Candidates(suite, None)  # type: ignore[arg-type]
-        target = _Target(TARGET)
-        injector = Injector(load_attack(args.attack, suite, target) if args.attack else None)  # type: ignore[arg-type]
+        attack = load_attack(args.attack, suite, _Target(TARGET)) if args.attack else None  # type: ignore[arg-type]
+        injector = Injector(attack)
         users = list(suite.user_tasks.values())[: args.limit]
         rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
         clean: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
