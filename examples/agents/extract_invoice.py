@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from pydantic import BaseModel, Field
-from sglang_ds41.agents import Agent, Runner
+from sglang_ds41.agents import Agent, AgentError, Runner
 
 TEXT = "Invoice 2025-117 from ACME GmbH: 3 widgets at 4.50 EUR each, total 13.50 EUR, due 2025-12-01."
 
@@ -56,14 +56,18 @@ def scripted():
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
-    parser.add_argument("--scripted", action="store_true")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
+    where.add_argument("--scripted", action="store_true", help="an in-process scripted server")
     parser.add_argument("--text", default=f"[script:invoice] {TEXT}", help="the document to extract from")
     args = parser.parse_args()
-    if args.scripted:
-        with scripted() as server:
-            result = Runner.run_sync(agent, args.text, base_url=server.base_url)
-    else:
-        result = Runner.run_sync(agent, args.text, base_url=args.base_url)
+    try:
+        if args.scripted:
+            with scripted() as server:
+                result = Runner.run_sync(agent, args.text, base_url=server.base_url)
+        else:
+            result = Runner.run_sync(agent, args.text, base_url=args.base_url)
+    except AgentError as error:  # no server, a refused request: one line, not a traceback
+        parser.exit(1, f"error: {error}\n")
     print(result.final_output.model_dump_json(indent=2))
     print(f"({result.steps} steps)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sglang_ds41.agents import Agent, Limits, Policies, Runner, workspace_tools
+from sglang_ds41.agents import Agent, AgentError, Limits, Policies, Runner, workspace_tools
 
 
 def make_agent(root: str) -> Agent:
@@ -46,8 +46,9 @@ def scripted():
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workspace")
-    parser.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
-    parser.add_argument("--scripted", action="store_true")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
+    where.add_argument("--scripted", action="store_true", help="an in-process scripted server")
     parser.add_argument(
         "--task", default="[script:workspace] List the workspace and write SUMMARY.md describing its files."
     )
@@ -55,9 +56,12 @@ if __name__ == "__main__":
     args = parser.parse_args()
     Path(args.workspace).mkdir(parents=True, exist_ok=True)
     agent = make_agent(args.workspace)
-    if args.scripted:
-        with scripted() as server:
-            result = Runner.run_sync(agent, args.task, base_url=server.base_url, run_dir=args.run_dir)
-    else:
-        result = Runner.run_sync(agent, args.task, base_url=args.base_url, run_dir=args.run_dir)
+    try:
+        if args.scripted:
+            with scripted() as server:
+                result = Runner.run_sync(agent, args.task, base_url=server.base_url, run_dir=args.run_dir)
+        else:
+            result = Runner.run_sync(agent, args.task, base_url=args.base_url, run_dir=args.run_dir)
+    except AgentError as error:  # no server, a refused request: one line, not a traceback
+        parser.exit(1, f"error: {error}\n")
     print(result.final_output)

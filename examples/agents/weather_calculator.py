@@ -17,7 +17,7 @@ import ast
 import json
 import operator
 
-from sglang_ds41.agents import Agent, Runner, function_tool
+from sglang_ds41.agents import Agent, AgentError, Runner, function_tool
 
 WEATHER = {"paris": 18.5, "oslo": 4.0, "tokyo": 22.0}
 # The trigger makes the scripted test model play this example; other models ignore it.
@@ -93,17 +93,21 @@ def scripted():
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
-    parser.add_argument("--scripted", action="store_true")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
+    where.add_argument("--scripted", action="store_true", help="an in-process scripted server")
     parser.add_argument("--question", default=QUESTION)
     parser.add_argument("--transcript", action="store_true", help="print every message of the run")
     args = parser.parse_args()
     question = args.question
-    if args.scripted:
-        with scripted() as server:
-            result = Runner.run_sync(agent, question, base_url=server.base_url)
-    else:
-        result = Runner.run_sync(agent, question, base_url=args.base_url)
+    try:
+        if args.scripted:
+            with scripted() as server:
+                result = Runner.run_sync(agent, question, base_url=server.base_url)
+        else:
+            result = Runner.run_sync(agent, question, base_url=args.base_url)
+    except AgentError as error:  # no server, a refused request: one line, not a traceback
+        parser.exit(1, f"error: {error}\n")
     if args.transcript:
         for message in result.messages:
             print(json.dumps(message, ensure_ascii=False))

@@ -270,6 +270,10 @@ def write_tiny(out_dir: str | Path, variant: str = BASE, engram: str = "fp8", se
         raise Ds41Error(f"{out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
         raise Ds41Error(f"output directory {out} is not empty")
+    try:  # before any work: an output that cannot be written is the user's to fix
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise Ds41Error(f"cannot write {out}: {error.strerror}") from None
     data = tiny_config(variant, engram)
     config = V41Config.from_dict(data, source="tiny_config()")
     manifest = build_manifest(config)
@@ -279,7 +283,6 @@ def write_tiny(out_dir: str | Path, variant: str = BASE, engram: str = "fp8", se
     groups: list[dict[str, Any]] = [{} for _ in range(n_shards)]
     for spec in manifest:
         groups[_shard_of(spec.name, n_layers)][spec.name] = tensors[spec.name]
-    out.mkdir(parents=True, exist_ok=True)
     weight_map: dict[str, str] = {}
     for i, group in enumerate(groups):
         file = f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors"

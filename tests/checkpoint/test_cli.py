@@ -39,3 +39,10 @@ def test_make_tiny_refuses_a_non_empty_directory(tmp_path):
     (tmp_path / "file").write_text("x")
     done = run_cli("make-tiny", str(tmp_path))
     assert done.returncode == 2 and "not empty" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_make_tiny_names_an_output_it_cannot_create(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    done = run_cli("make-tiny", str(tmp_path / "afile" / "sub"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"cannot write {tmp_path / 'afile' / 'sub'}: Not a directory" in done.stderr
