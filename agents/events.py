@@ -38,6 +38,9 @@ PERSISTED = frozenset(
 STREAM_ONLY = frozenset(
     {"reasoning_delta", "content_delta", "tool_call_delta", "retry", "warning", "step_started"}
 )
+# Tool outcomes of calls that never reached the tool (an error, a timeout or an interruption
+# may come after the tool did its work).
+UNREACHED = frozenset({"denied", "invalid_arguments", "unknown_tool", "truncated"})
 # Tool outcomes that use up the tool's retry budget.
 FAILURES = frozenset({"error", "timeout", "invalid_arguments"})
 
@@ -71,9 +74,14 @@ class PendingCall:
 @dataclass
 class RunState:
     messages: list[dict[str, Any]] = field(default_factory=list)
-    # positions in `messages` of the runner's own user-role turns (repair prompts): they quote
-    # the model's output, so they vouch for nothing (`trust.Sources.of`)
+    # positions in `messages` of what the runner wrote itself: its user-role turns (repair
+    # prompts) and the tool results no tool returned (denials, argument errors, unknown tools,
+    # errors, timeouts, interruptions). They quote the model's output, so they vouch for
+    # nothing (`trust.Sources.of`)
     runner_turns: set[int] = field(default_factory=set)
+    # positions of the results of calls that reached no tool (denied, invalid arguments, unknown
+    # tool, cut off): nothing they carried can be in any store (`trust.Sources.of`)
+    unreached: set[int] = field(default_factory=set)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     steps: int = 0
     tool_calls: int = 0
@@ -81,7 +89,7 @@ class RunState:
     failures: dict[str, int] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     pending: list[PendingCall] = field(default_factory=list)
-    # every `approval` event's data (call_id, name, arguments, rule, reason, granted), in order
+    # every `approval` event's data (call_id, name, arguments, rule, parameter, reason, granted), in order
     approvals: list[dict[str, Any]] = field(default_factory=list)
     invalid_calls: list[dict[str, Any]] = field(default_factory=list)  # flagged, awaiting a repair turn
     last_finish_reason: str = "stop"
@@ -119,7 +127,7 @@ class RunState:
             self.warnings.extend(d.get("warnings", []))
             self.invalid_calls = list(d.get("invalid_tool_calls", []))
         elif kind == "approval":
-            self.approvals.append(dict(d))
+            self.approvals.append({"parameter": None, **d})  # older logs lack the parameter
             self._call(d["call_id"]).approval = bool(d["granted"])
         elif kind == "tool_started":
             self._call(d["call_id"]).started = True
@@ -131,6 +139,12 @@ class RunState:
                 self.failures[call.name] = self.failures.get(call.name, 0) + 1
             if all(c.result is not None for c in self.pending):
                 # Results go back in call order, whatever order the tools finished in.
+                start = len(self.messages)
+                for i, c in enumerate(self.pending):
+                    if c.status != "ok":
+                        self.runner_turns.add(start + i)
+                    if c.status in UNREACHED:
+                        self.unreached.add(start + i)
                 self.messages.extend(
                     {"role": "tool", "tool_call_id": c.id, "content": c.result} for c in self.pending
                 )

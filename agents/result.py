@@ -34,8 +34,8 @@ class RunResult:
     when the agent has an output type. `messages` is the whole transcript in the form sent to
     the server (system, user, assistant with reasoning_content and tool_calls, tool results,
     latest_reminder), ready to continue the conversation. `approvals` are the approval policy's
-    answers, in order: `{"call_id", "name", "arguments", "rule", "reason", "granted"}` for each
-    held-back call (`trust.Hold`).
+    answers, in order: `{"call_id", "name", "arguments", "rule", "parameter", "reason", "granted"}`
+    for each held-back call (`trust.Hold`; `parameter` is None when the whole call is held).
     """
 
     final_output: Any

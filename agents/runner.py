@@ -57,6 +57,8 @@ def request_token_limit(model_settings: dict[str, Any]) -> int | None:
     if model_settings.get("max_completion_tokens") is not None:
         return model_settings["max_completion_tokens"]
     return model_settings.get("max_tokens", DEFAULT_MAX_TOKENS)
+
+
 # The server's extension field for calls it could not parse (sglang_ds41/plugin/parsers.py).
 INVALID_TOOL_CALLS = "invalid_tool_calls"
 MALFORMED = (
@@ -693,6 +695,7 @@ class _Loop:
             name=call.name,
             arguments=call.arguments,
             rule=why.rule,
+            parameter=why.parameter,
             reason=why.message,
             granted=granted,
         )
@@ -704,7 +707,8 @@ class _Loop:
         length = len(self.state.messages)
         if self._sources is None or self._sources[0] != length:
             tools = {t.name: t for t in self.agent.tools}
-            self._sources = (length, Sources.of(self.state.messages, tools, self.state.runner_turns))
+            state = self.state
+            self._sources = (length, Sources.of(state.messages, tools, state.runner_turns, state.unreached))
         return self._sources[1]
 
     async def execute(self, prepared: PreparedCall) -> None:

@@ -12,9 +12,10 @@ What tools declare (`Tool.effect`, `trusted_output`, `destinations`, `content`, 
   `payments`: egress, data or money leaves (fetching a URL counts: the URL can carry data out).
 * `trusted_output`: whether the output can hold text a third party wrote (default: untrusted for
   `network` tools, trusted otherwise). Trusted text is the system and user messages and trusted
-  tools' outputs, less what an output merely echoes of its own call's arguments (so neither a
-  trusted tool nor a denial message launders a value the model passed in); the runner's own turns
-  (repair prompts, errors) are not the user's words.
+  tools' outputs, less every value the model has passed to a tool so far (so a trusted store, an
+  address book or a notes file, does not launder what the model wrote into it, nor a trusted
+  tool what it merely echoes); what the runner writes itself (repair prompts, denials, argument
+  errors, the answer for a tool that does not exist) vouches for nothing.
 * `destinations`: the parameters that say where data, money or access goes (recipients, account
   numbers, URLs, channels, invitees, the merchant of a booking).
 * `content`: the parameters that are prose (a message body, a file's text, a description).
@@ -27,25 +28,34 @@ is compared as a run of whole words with the text it could have come from (decim
 value: the user's "10.00" is an output's 10.0); JSON outputs are read field by field and object
 by object (records), any other output is one field.
 
-1. *Destinations come from trusted text*: a destination value must occur in trusted text, or be a
-   field of the one record that a trusted value picks out ("the participants of the
-   'Introductory meeting'", "Sarah Baker's address": the user names the record, the record
-   supplies the value). Never from untrusted text, nor made up by the model.
+1. *Destinations come from trusted text*: a destination value must occur in trusted text, or be
+   an own field of the one record that a trusted value of its own picks out ("the participants
+   of the 'Introductory meeting'", "Sarah Baker's address": the user names the record, the
+   record supplies the value, a mapping of its own included, such as a file's `shared_with`;
+   not a field of the records in a list inside it, nor picked out by a link, and never a link
+   to fetch: "visit the links on the page" is the injection's
+   request). Never from untrusted text, nor made up by the model; a destination of punctuation
+   alone ("*") is held.
 2. *Secrets stay in*: an egress call's other values may not carry a value of a private output
-   that the user's messages do not name.
+   that the user's messages do not name (of prose, its id-like words and digit runs; an id or
+   number also reformatted: "4111 1111 1111 1111" is 4111111111111111).
 3. *Names are not quoted from untrusted text*: a name that occurs inside a longer field of an
    untrusted output (an email body, a page, a review, a file's text) and in no trusted text was
    introduced by that text: that is where an injected instruction puts the ids, names and
    phrases it wants used. A field of a record the user picked out (rule 1) may be used anyway.
 4. *Fields are data*: a name equal to a whole field of an output (an id in a listing, a channel
    in a list, the address field of a record) is data the model selected, and may flow.
-5. *Addresses come from trusted text*: every URL, domain, e-mail address or account number inside
-   a content value, or inside a name that rule 4 did not accept, must be one trusted text names
-   (or one rule 1 accepts). Content may otherwise quote untrusted text.
+5. *Addresses come from trusted text*: every URL, domain (of any script), IP address, e-mail
+   address or account number inside a content value, or inside a name that rule 4 did not
+   accept, must be one trusted text names (or one rule 1 accepts); text is read as a resolver
+   would (NFKC, ideographic dots as ".", zero-width characters dropped). Content may otherwise
+   quote untrusted text.
 
-A value of fewer than three characters (an id such as 13) is never vouched for by trusted text
-or a record (it occurs everywhere: "June 13"), and counts as quoted only where the text says what
-it is ("file 13", "ID '13'"), right after a word of the parameter's name or "id" / "number".
+Values are every string and number of the arguments, and the keys of objects inside them (a
+grantee named by a key of `permissions`). A value of fewer than three characters (an id such as
+13) is never vouched for by trusted text or a record (it occurs everywhere: "June 13"), and
+counts as quoted only where the text says what it is ("file 13", "ID '13'"), right after a word
+of the parameter's name or "id" / "number".
 
 A call any rule holds back needs the approval policy's grant for that exact call (`DenyAll`, the
 default, grants nothing: fail closed); the approver is told why (`Hold`: the rule, and a sentence
@@ -68,6 +78,13 @@ What it cannot tell apart, and lets through:
   (an invitation titled like the user's meeting) controls its destinations (rule 1).
 * Content to a destination the user named: an injected instruction can choose what a legitimate
   recipient is sent, save secrets (rule 2) and addresses (rule 5).
+* A transcript carried into a new run (`Runner.run(agent, result.messages + [...])`) loses
+  which of its messages the runner wrote (the run's state and log keep it, the messages do not):
+  its denials then read as trusted tools' output and its repair prompts as the user's words.
+* A trusted tool that computes from its arguments (a calculator, a converter) returns a value the
+  model chose in another form: an injection can have it compute an account number. Declare such
+  a tool `trusted_output=False`. Numbers are compared by value only in plain decimal form
+  ("$12,000" is not 12000), so an id or amount reformatted escapes rule 3 (not rule 1).
 
 On by default for an agent whose tools declare an effect; `Policies(untrusted=UntrustedContent())`
 turns it on for any agent, `Policies(untrusted=None)` turns it off.
@@ -77,6 +94,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -93,14 +111,38 @@ EGRESS = frozenset({"network", "messages", "payments"})
 _SPLIT = re.compile(r"[\s\"'`\u2018\u2019\u201c\u201d()\[\]{}<>,;|]+")
 _EDGES = ".:!?*-"
 _DECIMAL = re.compile(r"-?\d{1,15}\.\d{1,15}")
-# Addresses: where something can be sent or fetched.
+# Addresses: where something can be sent or fetched. Labels are letters of any script (an IDN,
+# a homograph); text is first normalised (`_normal`), so fullwidth forms and ideographic dots
+# read as the ASCII a resolver sees.
+_PATH = r"(?::\d{1,5})?(?:/[^\s\"'`<>()\[\]{},;|]*)?"  # [:port][/path]
+# In order: a URL (any scheme, or www.), an e-mail address (or one @[IP literal]), an IPv6
+# literal, an IPv4 address, a domain, an account number (IBAN, card, ...). Each alternative can
+# start only where a fixed prefix or a word boundary is, and repeats boundedly, so a long run of
+# text costs linear time.
 _ADDRESS = re.compile(
-    r"(?:https?://|www\.)[^\s\"'`<>()\[\]{},;|]+"  # URL
-    r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"  # e-mail address
-    r"|\b(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,}(?:/[^\s\"'`<>()\[\]{},;|]*)?"  # domain[/path]
-    r"|\b(?=(?:[a-z]*\d){6})[a-z]{0,4}\d[a-z\d]{7,33}\b",  # account number (IBAN, card, ...)
+    "|".join(
+        (
+            r"(?:(?<![a-z0-9+.-])[a-z][a-z0-9+.-]{0,15}://(?:\[[^\]\s]{0,64}\])?|www\.)[^\s\"'`<>()\[\]{},;|]*",
+            r"(?<![\w.+-])[\w.+-]{1,64}@(?:[\w-]{1,63}(?:\.[\w-]{1,63}){1,8}|\[[^\]\s]{1,64}\])",
+            r"\[[0-9a-f]{0,4}:[0-9a-f:.]{0,40}\]" + _PATH,
+            r"\b\d{1,3}(?:\.\d{1,3}){3}\b" + _PATH,
+            r"(?<![\w-])(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.){1,8}"
+            r"(?:[^\W\d_]{2,63}|xn--[a-z0-9-]{1,59})\b" + _PATH,
+            r"\b(?=(?:[a-z]{0,33}\d){6})[a-z]{0,4}\d[a-z\d]{7,33}\b",
+        )
+    ),
     re.IGNORECASE,
 )
+_DOTS = {0x3002: ".", 0xFF61: ".", 0xFF0E: "."}  # ideographic full stops a resolver reads as "."
+
+
+def _normal(text: str) -> str:
+    """NFKC, ideographic dots as ".", invisible format characters (zero-width space) dropped:
+    what a browser or mail client makes of the text."""
+    if text.isascii():  # nothing to change
+        return text
+    text = unicodedata.normalize("NFKC", text).translate(_DOTS)
+    return "".join(c for c in text if unicodedata.category(c) != "Cf")
 
 
 def output_trusted(tool: Tool) -> bool:
@@ -117,7 +159,7 @@ def guarded(tool: Tool) -> bool:
 def words(text: str) -> str:
     """`text` as the words it is compared by (case folded, single spaces; a decimal number in its
     shortest form, so the user's "10.00" is the 10.0 of a JSON output)."""
-    parts = (_number(part.strip(_EDGES)) for part in _SPLIT.split(text.casefold()))
+    parts = (_number(part.strip(_EDGES)) for part in _SPLIT.split(_normal(text).casefold()))
     return " ".join(part for part in parts if part)
 
 
@@ -125,17 +167,37 @@ def _number(word: str) -> str:
     return repr(float(word)) if _DECIMAL.fullmatch(word) else word
 
 
+# A sentence typed with no space after its full stop, the stop right after an address: "post them
+# to www.our-company.com.They sent ...": a stop after a lower-case word (or label), before a
+# capitalised word of three letters or more that is no top-level domain, and another word.
+# "docs.Python.org", "www.Example.Com is" and "acme.co.Uk today" do not match.
+_RUN_ON = re.compile(
+    r"(?<![\w-])[a-z0-9-]+\.(?=(?!(?:Com|Net|Org|Edu|Gov|Mil|Int|Info|Biz|App|Dev)\b)[A-Z][a-z]{2,}\s+[a-z])"
+)
+
+
+def _said_words(text: str) -> str:
+    """A trusted message as words; where a sentence runs on after an address ("...company.com.They
+    sent"), the message is read a second time with the break put in, so the address the user
+    wrote is vouched for as well as the run-on word (this only ever vouches for more of what
+    the user typed)."""
+    plain = words(text)
+    broken = _RUN_ON.sub(r"\g<0> ", text)
+    return plain if broken == text else f"{plain} \n {words(broken)}"
+
+
 def addresses(text: str) -> list[str]:
     """The URLs, domains, e-mail addresses and account numbers in `text`."""
-    return [match.rstrip(".:!?") for match in _ADDRESS.findall(text)]
+    return [match.rstrip(".:!?") for match in _ADDRESS.findall(_normal(text))]
 
 
 @dataclass(frozen=True)
 class Record:
-    """A JSON object in an untrusted output: its own fields and every field inside it (as words)."""
+    """A JSON object in an untrusted output: its own fields (as words)."""
 
-    own: frozenset[str]  # its scalar members, and the scalar items of its list members
-    inside: frozenset[str]  # every key and scalar at any depth
+    # its scalar members, the scalar items of its list members, and the keys and scalar values
+    # of its object members (not the fields of a record in a list inside it)
+    own: frozenset[str]
     key: str  # the object as canonical JSON, to tell records apart
 
 
@@ -163,11 +225,17 @@ class Sources:
         messages: Sequence[dict[str, Any]],
         tools: dict[str, Tool],
         runner_turns: Collection[int] = (),
+        unreached: Collection[int] | None = None,
     ) -> Sources:
-        """`runner_turns`: positions of the runner's own user-role turns (`RunState.runner_turns`),
-        which quote the model's output and so vouch for nothing."""
+        """`runner_turns`: positions of what the runner wrote itself (`RunState.runner_turns`):
+        repair prompts, and tool results no tool returned as its answer (denials, argument
+        errors, answers for unknown tools, errors, timeouts). They quote the model's output, so
+        they vouch for nothing. `unreached` (`RunState.unreached`): the results of calls that
+        never reached their tool; None: every call may have."""
         # A result belongs to the latest call before it with its id (ids can repeat across turns).
         calls: dict[str, tuple[str, Any]] = {}
+        ran = _calls_that_ran(messages, unreached)
+        sent: set[str] = set()  # every value the model has passed to a write or egress tool
         trusted: list[str] = []
         said: list[str] = []
         untrusted: list[Output] = []
@@ -177,10 +245,14 @@ class Sources:
             if role == "assistant":
                 for call in message.get("tool_calls") or []:
                     function = call.get("function") or {}
-                    calls[call.get("id", "")] = (function.get("name"), _arguments(function.get("arguments")))
+                    name, arguments = function.get("name"), _arguments(function.get("arguments"))
+                    calls[call.get("id", "")] = (name, arguments)
+                    tool = tools.get(name)
+                    if tool is not None and guarded(tool) and (position, call.get("id", "")) in ran:
+                        sent |= _echoes(arguments)
             if role in ("system", "developer", "user") and position not in runner_turns:
-                trusted.append(words(text))
-                said.append(words(text))
+                trusted.append(_said_words(text))
+                said.append(_said_words(text))
             elif role == "tool":
                 known = calls.get(message.get("tool_call_id", ""))
                 if known is None:  # a result for no call we know of: nobody vouches for it
@@ -188,12 +260,17 @@ class Sources:
                     continue
                 name, arguments = known
                 tool = tools.get(name)
-                if tool is not None and tool.private_output:
-                    private.append((name, tuple(words(v) for v in _leaf_values(text))))
-                if tool is not None and not output_trusted(tool):
+                if tool is None:  # the runner's answer for a tool that does not exist
+                    continue
+                if tool.private_output and position not in runner_turns:
+                    private.append((name, _secrets(text)))
+                if not output_trusted(tool):
                     untrusted.append(parse_output(name, text))
-                else:  # a trusted tool, or the runner's own answer (unknown tool)
-                    trusted.append(_without(words(text), _echoes(arguments)))
+                elif position not in runner_turns:
+                    # What the model passed to this call, or to any write that ran before (a
+                    # call of the same turn included), a trusted output may only echo: a store
+                    # (contacts, notes) returns what it was given, in whole or in part.
+                    trusted.append(_without(_trusted_words(text), sent | _echoes(arguments)))
         return cls(
             "".join(f" {text} \n" for text in trusted),
             tuple(untrusted),
@@ -238,7 +315,7 @@ class Sources:
             return None
         for output in self.untrusted:
             for record in output.records:
-                if needle not in record.inside:
+                if needle not in record.own:  # its own field, not one of a record inside it
                     continue
                 for value in record.own:
                     if value != needle and _names_a_record(value) and self.vouched(value):
@@ -250,11 +327,14 @@ class Sources:
     def secret_in(self, needle: str) -> tuple[str, str] | None:
         """(tool, value) for a value of a private output inside these words that the user's
         messages do not name."""
-        padded = f" {needle} "
+        padded, compact = f" {needle} ", _compact(needle)
+        said = _compact(self.said)
         for tool, values in self.private:
             for value in values:
                 if len(value) >= DISTINCT and f" {value} " in padded and f" {value} " not in self.said:
                     return tool, value
+                if _id_like(value) and value in compact and value not in said:
+                    return tool, value  # a compact form: the secret reformatted
         return None
 
 
@@ -268,7 +348,17 @@ def _name_words(param: str) -> set[str]:
 
 
 def _names_a_record(value: str) -> bool:
-    return len(value) >= 4 and not value.replace(" ", "").isdigit()
+    """A title, a name, a file name or a sender can say which record the user means; a number
+    cannot, nor a link: a page's own URL picks out the page, and with it every address on it."""
+    return len(value) >= 4 and not value.replace(" ", "").isdigit() and not _is_link(value)
+
+
+_LINK = re.compile(r"://|(?<![\w-])www\.", re.IGNORECASE)
+
+
+def _is_link(text: str) -> bool:
+    """A URL with a scheme, or a www. address: something to fetch."""
+    return _LINK.search(text) is not None
 
 
 def parse_output(tool: str, text: str) -> Output:
@@ -292,9 +382,12 @@ def parse_output(tool: str, text: str) -> Output:
                 inside += [words(str(key)), *below]
                 if isinstance(member, list):
                     own += [words(x) for x in map(_scalar, member) if x is not None]
-                elif not isinstance(member, dict):
+                elif isinstance(member, dict):  # a mapping of its own: shared_with {address: role}
+                    own += [words(str(k)) for k in member]
+                    own += [words(x) for x in map(_scalar, member.values()) if x is not None]
+                else:
                     own += below
-            records.append(Record(frozenset(own), frozenset(inside), json.dumps(item, sort_keys=True)))
+            records.append(Record(frozenset(own), json.dumps(item, sort_keys=True)))
             return inside
         if isinstance(item, list):
             return [field for member in item for field in walk(member)]
@@ -308,13 +401,80 @@ def parse_output(tool: str, text: str) -> Output:
     return Output(tool, tuple(fields), tuple(records))
 
 
-def _leaf_values(text: str) -> list[str]:
-    """A JSON output's strings and numbers (not its keys), else the whole text."""
+def _calls_that_ran(
+    messages: Sequence[dict[str, Any]], unreached: Collection[int] | None
+) -> set[tuple[int, str]]:
+    """(position of the assistant message, call id) of every call that may have reached its
+    tool: a denied or invalid call did not, so nothing it carried can come back from one."""
+    latest: dict[str, int] = {}
+    ran: set[tuple[int, str]] = set()
+    for position, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                latest[call.get("id", "")] = position
+                if unreached is None:
+                    ran.add((position, call.get("id", "")))
+        elif message.get("role") == "tool" and unreached is not None and position not in unreached:
+            at = latest.get(message.get("tool_call_id", ""))
+            if at is not None:
+                ran.add((at, message.get("tool_call_id", "")))
+    return ran
+
+
+def _trusted_words(text: str) -> str:
+    """A trusted output as words: a JSON output's keys and values one per line (decoded, so an
+    escaped quote is the quote it stands for), any other text as a whole."""
     try:
         value = json.loads(text)
     except ValueError:
-        return [text]
-    return [scalar for _, scalar in _values(value)]
+        return words(text)
+    if not isinstance(value, dict | list):
+        return words(text)
+    return " \n ".join(words(item) for item in _keys_and_values(value))
+
+
+def _keys_and_values(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _keys_and_values(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _keys_and_values(item)
+    elif (scalar := _scalar(value)) is not None:
+        yield scalar
+
+
+# In prose, what tells a secret: a run of at least eight digits, spaces or dashes between them
+# ("4111 1111 1111 1111"), or a word of six or more characters with four digits or more
+# ("XK-4471902"); dates and times are left out.
+_DIGIT_RUN = re.compile(r"\d(?:[ \-]?\d){7,}")
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?|\b\d{1,2}:\d{2}(?::\d{2})?\b")
+
+
+def _secrets(text: str) -> tuple[str, ...]:
+    """A private output's values as words: a JSON output's strings and numbers, any other text
+    (prose, or JSON cut short) its id-like words and digit runs; each also in compact form
+    (`_compact`), so a reformatted secret is still found."""
+    try:
+        value = json.loads(text)
+        values = [scalar for _, scalar in _values(value, keys=False)]
+    except ValueError:
+        text = _DATE_TIME.sub(" ", text)  # a date or a time is no secret
+        values = [w for w in words(text).split() if _id_like(_compact(w))]
+        values += _DIGIT_RUN.findall(text)
+    found = [words(v) for v in values]
+    found += [c for c in map(_compact, found) if _id_like(c)]
+    return tuple(dict.fromkeys(v for v in found if v))
+
+
+def _id_like(value: str) -> bool:
+    return value.isalnum() and len(value) >= 6 and sum(c.isdigit() for c in value) >= 4
+
+
+def _compact(text: str) -> str:
+    """Letters and digits alone: the form a reformatted number or id is compared in."""
+    return "".join(c for c in text.casefold() if c.isalnum())
 
 
 def _scalar(item: Any) -> str | None:
@@ -331,11 +491,13 @@ Rule = Literal["needs approval", "untrusted", "destination", "private", "quoted 
 @dataclass(frozen=True)
 class Hold:
     """Why a call needs approval, as the approver and the model are told: the rule that holds it
-    back (`needs approval`: the tool's own flag; `untrusted`: provenance is not checked) and a
-    sentence naming the parameter and the value."""
+    back (`needs approval`: the tool's own flag; `untrusted`: provenance is not checked), a
+    sentence naming the parameter and the value, and the top-level parameter itself (None when
+    the whole call is held), so an approver can tell which argument is in question."""
 
     rule: Rule
     message: str
+    parameter: str | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -348,69 +510,123 @@ class UntrustedContent:
     provenance: bool = True  # False: every guarded call needs approval once content is untrusted
 
     def review(self, tool: Tool, arguments: dict[str, Any], sources: Sources) -> Hold | None:
-        """None when the call may run; else why it needs approval."""
+        """None when the call may run; else why it needs approval (the first value held back)."""
+        return next(self.holds(tool, arguments, sources), None)
+
+    def holds(self, tool: Tool, arguments: dict[str, Any], sources: Sources) -> Iterator[Hold]:
+        """Every value (or address in one) that holds the call back, one reason each, in
+        argument order."""
         if not guarded(tool) or not sources.untrusted:
-            return None
+            return
         kind = "egress" if tool.effect in EGRESS else "side-effecting"
         if not self.provenance:
-            return Hold("untrusted", f"{tool.name} is {kind} and the context holds untrusted tool output")
-        for param, value in _values(arguments):
+            yield Hold("untrusted", f"{tool.name} is {kind} and the context holds untrusted tool output")
+            return
+        for param, value in _values(arguments, schema=tool.parameters):
             needle = words(value)
-            if not needle:
+            if not needle and not (param in tool.destinations and value.strip()):
+                continue  # nothing to compare; but a destination of punctuation ("*") is held
+            if param in tool.destinations and _normal(value) != value:
+                yield Hold(
+                    "destination",
+                    f"{tool.name} is {kind} and its destination {param}={value!r} is written with "
+                    "invisible or look-alike characters, so no text can vouch for it",
+                    param,
+                )
                 continue
             if param in tool.destinations:
-                if not (sources.vouched(needle) or sources.selected_by(needle)):
-                    return Hold(
+                # A link to fetch is never a record's field: "visit the links on the page the
+                # user named" is the injection's own request.
+                picked = not _is_link(value) and sources.selected_by(needle)
+                if not (needle and (sources.vouched(needle) or picked)):
+                    yield Hold(
                         "destination",
                         f"{tool.name} is {kind} and its destination {param}={value!r} is named by no "
                         "trusted text (the user's messages or a trusted tool's output)",
+                        param,
                     )
                 continue
             secret = sources.secret_in(needle) if tool.effect in EGRESS else None
             if secret is not None:
-                return Hold(
+                yield Hold(
                     "private",
                     f"{tool.name} is egress and its argument {param} carries {secret[1]!r} from the "
                     f"private output of {secret[0]}, which the user's messages do not name",
+                    param,
                 )
+                continue
             if sources.vouched(needle):
                 continue
             if param not in tool.content:
                 origin, selected = sources.quoted_by(needle, param), sources.selected_by(needle)
                 if origin is not None and selected is None:
-                    return Hold(
+                    yield Hold(
                         "quoted name",
                         f"{tool.name} is {kind} and its argument {param}={value!r} is quoted from the "
                         f"output of {origin}, which is untrusted, not from the user",
+                        param,
                     )
+                    continue
                 if selected is not None or sources.is_field(needle):
                     continue
             for address in addresses(value):
                 needle = words(address)
                 if not (sources.vouched(needle) or sources.selected_by(needle)):
-                    return Hold(
+                    yield Hold(
                         "address",
                         f"{tool.name} is {kind} and its argument {param} holds the address "
                         f"{address!r}, which no trusted text names",
+                        param,
                     )
-        return None
 
 
-def _values(arguments: Any, param: str = "") -> Iterator[tuple[str, str]]:
-    """(top-level parameter, value as text) for every string and number in the arguments."""
+def _values(
+    arguments: Any, param: str = "", keys: bool = True, schema: Any = None, root: Any = None
+) -> Iterator[tuple[str, str]]:
+    """(top-level parameter, value as text) for every string and number in the arguments, and
+    (with `keys`) every key of an object below the top level that its schema (`schema`, the
+    tool's parameters) does not declare as a property: `permissions={address: "reader"}` names
+    its grantee by a key, `{"email": ..., "name": ...}` names nobody by its keys."""
+    root = schema if root is None else root
+    schema = _resolve(schema, root)
     if isinstance(arguments, dict):
+        declared = schema.get("properties", {}) if isinstance(schema, dict) else {}
+        extra = schema.get("additionalProperties") if isinstance(schema, dict) else None
         for key, item in arguments.items():
-            yield from _values(item, param or str(key))
+            if param and keys and key not in declared:
+                yield param, str(key)
+            below = declared.get(key, extra if isinstance(extra, dict) else None)
+            yield from _values(item, param or str(key), keys, below, root)
     elif isinstance(arguments, list | tuple):
+        items = schema.get("items") if isinstance(schema, dict) else None
         for item in arguments:
-            yield from _values(item, param)
+            yield from _values(item, param, keys, items, root)
     elif (scalar := _scalar(arguments)) is not None:
         yield param, scalar
 
 
+def _resolve(schema: Any, root: Any) -> Any:
+    """A schema with its in-document `$ref` (to `#/$defs/...` or `#/definitions/...`) followed,
+    and a union's properties gathered."""
+    for _ in range(8):
+        if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+            break
+        target: Any = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        schema = target
+    if isinstance(schema, dict) and "properties" not in schema:
+        branches = [_resolve(b, root) for b in schema.get("anyOf", schema.get("oneOf", []))]
+        merged = {k: v for b in branches if isinstance(b, dict) for k, v in b.get("properties", {}).items()}
+        if merged:  # Optional[Model], a union of models: what any branch declares
+            return {**schema, "properties": merged}
+    return schema
+
+
 def _echoes(arguments: Any) -> set[str]:
-    """What a call's output may repeat of the call itself: its values and the addresses in them."""
-    echoes = set()
+    """What a call's output may repeat of the call itself: its values, the addresses in them,
+    and its argument names (an error names an unexpected argument)."""
+    echoes = {words(str(key)) for key in arguments} if isinstance(arguments, dict) else set()
     for _, value in _values(arguments):
         echoes.add(words(value))
         echoes.update(words(address) for address in addresses(value))
@@ -418,6 +634,10 @@ def _echoes(arguments: Any) -> set[str]:
 
 
 def _without(text: str, echoes: set[str]) -> str:
+    """`text` (lines of words) less every echo in it, and less every line that is part of one."""
+    padded_echoes = [f" {echo} " for echo in echoes]
+    lines = [line for line in text.split(" \n ") if not any(f" {line.strip()} " in e for e in padded_echoes)]
+    text = " \n ".join(lines)
     padded = f" {text} "
     for echo in sorted(echoes, key=len, reverse=True):
         while f" {echo} " in padded:

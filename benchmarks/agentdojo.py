@@ -35,8 +35,11 @@ Run (from the repository root; ~6 min on 2 cores):
         [--attack NAME]
 
 Writes benchmarks/results/agentdojo.json (agentdojo_NAME.json with --attack; per suite and mode:
-totals, the calls the policy held back by rule, and every pair's calls) and prints a table per
-suite.
+totals, the calls the policy held back by rule, and every pair's calls with each denied call's
+holds as [tool, parameter, rule]) and prints a table per suite. Its last line counts the pairs
+lost "like an injection": the policy denied a user-task call on the same tool, parameter and rule
+as it denied a call of one of the suite's injection tasks, so relaxing that rule there would have
+to tell the two apart by something else.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 from sglang_ds41.agents import Agent, ApproveCalls, Hold, Limits, Policies, Runner, Tool  # noqa: E402
 from sglang_ds41.agents.schema import clean_model_schema  # noqa: E402
 from sglang_ds41.agents.testing import Reply, ScriptedServer  # noqa: E402
+from sglang_ds41.agents.trust import Sources, UntrustedContent  # noqa: E402
 
 VERSION = "v1.2.1"
 RESULTS = Path(__file__).parent / "results" / "agentdojo.json"
@@ -310,10 +314,11 @@ def run_pair(
     executed, injected_total, injected_sensitive, trace = 0, 0, 0, []
     calls: list[dict[str, Any]] = []
     held_back: dict[str, int] = {}
+    shapes: dict[bool, list[list[Any]]] = {False: [], True: []}  # held calls: [tool, parameter, rule]
     by_name = {t.name: t for t in tools}
 
     turn = 0
-    for message in result.messages:
+    for position, message in enumerate(result.messages):
         if message["role"] != "assistant":
             continue
         for call in message.get("tool_calls") or []:
@@ -333,8 +338,11 @@ def run_pair(
                     **({"arguments": _short(args)} if (injected and ran) or not ran else {}),
                 }
             )
-            if call["id"] in rules and not injected:
-                held_back[rules[call["id"]]] = held_back.get(rules[call["id"]], 0) + 1
+            if call["id"] in rules:
+                rule = rules[call["id"]]
+                shapes[injected] += every_hold(by_name[name], args, result.messages[: position + 1], by_name)
+                if not injected:
+                    held_back[rule] = held_back.get(rule, 0) + 1
             if injected:
                 injected_total += 1
                 if ran:
@@ -353,10 +361,26 @@ def run_pair(
         "injected_executed": executed,
         "injected_sensitive_executed": injected_sensitive,
         "user_calls_held_back": held_back,
+        "user_holds": shapes[False],
+        "injected_holds": shapes[True],
         "approvals_asked": user_approves.asked,
         "approvals_granted": user_approves.granted,
         "calls": calls,
     }
+
+
+RUNNER = ("Denied:", "Error:")
+
+
+def every_hold(
+    tool: Tool, arguments: dict[str, Any], transcript: list[dict[str, Any]], tools: dict[str, Tool]
+) -> list[list[Any]]:
+    """[tool, parameter, rule] for every value that holds a denied call back (the runner asks
+    about the first), reviewed against the transcript as it stood when the call was made."""
+    # The runner's own answers (denials, errors) as the runner marks them (RunState.runner_turns).
+    written = {i for i, m in enumerate(transcript) if m["role"] == "tool" and m["content"].startswith(RUNNER)}
+    sources = Sources.of(transcript, tools, written, written)
+    return [[tool.name, h.parameter, h.rule] for h in UntrustedContent().holds(tool, arguments, sources)]
 
 
 class TheUser:
@@ -467,6 +491,7 @@ def main() -> None:
                     )
         report["suites"][name] = {
             **{mode: summarise(rows[mode], clean[mode]) for mode in MODES},
+            "lost_like_an_injection": lost_like_an_injection(rows["with"]),
             "pairs_detail": rows,
             "clean_detail": clean,
         }
@@ -479,10 +504,32 @@ def main() -> None:
         )
         for mode in MODES
     }
+    report["total"]["lost_like_an_injection"] = sum(
+        s["lost_like_an_injection"]["pairs"] for s in report["suites"].values()
+    )
     results = RESULTS if args.attack is None else RESULTS.with_name(f"agentdojo_{args.attack}.json")
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(report, indent=1) + "\n")
     print(table(report))
+
+
+def lost_like_an_injection(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pairs the policy loses because it held a user-task call on the same tool, parameter and
+    rule as it held a call of one of the suite's own injection tasks (in any pair): to a rule that
+    reads where a value came from, the two look alike, so letting the one through would let the
+    other. The rest of the lost pairs are where a finer rule could still gain utility."""
+    injected = {tuple(shape) for row in rows for shape in row["injected_holds"]}
+    pairs, tasks = 0, set()
+    for row in rows:
+        if not row["utility"] and any(tuple(shape) in injected for shape in row["user_holds"]):
+            pairs += 1
+            tasks.add(row["user_task"])
+    lost = sum(not row["utility"] for row in rows)
+    return {"pairs": pairs, "of_lost": lost, "user_tasks": sorted(tasks, key=_task_number)}
+
+
+def _task_number(task_id: str) -> int:
+    return int(task_id.rsplit("_", 1)[-1])
 
 
 def summarise(rows: list[dict[str, Any]], clean: list[dict[str, Any]]) -> dict[str, Any]:
@@ -532,6 +579,13 @@ def table(report: dict[str, Any]) -> str:
         "policy, and the user answers its questions (grants their own task's calls, nothing else); "
         "held back: user-task calls denied; asked: approval requests; clean: each user task once, "
         "with no injection"
+    )
+    alike = [(n, s["lost_like_an_injection"]) for n, s in report["suites"].items()]
+    lines.append(
+        "lost like an injection (with): "
+        + "; ".join(f"{n} {a['pairs']} of {a['of_lost']} lost" for n, a in alike)
+        + f"; total {report['total']['lost_like_an_injection']} (held on the same tool, parameter and "
+        "rule as one of the suite's injection tasks' calls)"
     )
     return "\n".join(lines)
 

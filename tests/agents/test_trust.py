@@ -89,7 +89,7 @@ def test_the_approver_is_told_which_rule_holds_the_call_back_and_its_answer_is_k
     asked = []
 
     def decide(name, arguments, why):
-        asked.append((name, why.rule, str(why)))
+        asked.append((name, why.rule, why.parameter, str(why)))
         return arguments["to"] == "alice@example.com"
 
     agent = mail_agent(outbox, approval=ApproveWith(decide))
@@ -97,11 +97,11 @@ def test_the_approver_is_told_which_rule_holds_the_call_back_and_its_answer_is_k
     server = serve(by_turn([*script, Reply(content="done")]), validate=False)
     result = Runner.run_sync(agent, "Reply yes to alice@example.com.", base_url=server.base_url)
     assert outbox == []
-    ((name, rule, message),) = asked
-    assert (name, rule) == ("send_email", "quoted name")
+    ((name, rule, parameter, message),) = asked
+    assert (name, rule, parameter) == ("send_email", "quoted name", "to")
     assert "to='evil@attacker.example'" in message and "output of read_inbox" in message
-    assert [(a["name"], a["rule"], a["granted"]) for a in result.approvals] == [
-        ("send_email", "quoted name", False)
+    assert [(a["name"], a["rule"], a["parameter"], a["granted"]) for a in result.approvals] == [
+        ("send_email", "quoted name", "to", False)
     ]
     # Two-argument callbacks (the older form) still work.
     run(mail_agent(outbox, approval=ApproveWith(lambda name, arguments: True)), serve, script_calls())
@@ -419,6 +419,28 @@ def test_a_users_words_count_whatever_they_start_with():
 
     messages = [{"role": "user", "content": "Error: the build fails; email bob@example.com the log."}]
     assert Sources.of(messages, {}).vouched(words("bob@example.com"))
+
+
+@pytest.mark.parametrize(
+    ("said", "vouched", "not_vouched"),
+    [
+        # a sentence typed with no space after the address's full stop
+        ("Post them to www.our-company.com.They sent them to Bob.", "www.our-company.com", None),
+        ("Ask bob@example.com.Then tell me.", "bob@example.com", None),
+        # a capitalised label inside an address is not a sentence: only the whole address counts
+        ("See docs.Python.org for it.", "docs.python.org", "docs"),
+        ("Open www.Example.Com in a tab.", "www.example.com", "www.example"),
+        # a capitalised top-level domain is no sentence: the parent domain is not the user's
+        ("Send the invoice to billing@acme.co.Uk today.", "billing@acme.co.uk", "billing@acme.co"),
+    ],
+)
+def test_an_address_the_user_ran_a_sentence_on_from_still_counts(said, vouched, not_vouched):
+    from sglang_ds41.agents.trust import Sources, words
+
+    sources = Sources.of([{"role": "user", "content": said}], {})
+    assert sources.vouched(words(vouched))
+    if not_vouched is not None:
+        assert not sources.vouched(words(not_vouched))
 
 
 def test_the_run_state_knows_which_turns_the_runner_wrote():
