@@ -97,6 +97,7 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -219,6 +220,11 @@ class Sources:
     said: str = ""  # the system and user messages alone, likewise
     private: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tool, the values of its output)
 
+    @cached_property
+    def said_compact(self) -> str:
+        """The system and user messages as letters and digits alone (`_compact`), once."""
+        return _compact(self.said)
+
     @classmethod
     def of(
         cls,
@@ -233,7 +239,7 @@ class Sources:
         they vouch for nothing. `unreached` (`RunState.unreached`): the results of calls that
         never reached their tool; None: every call may have."""
         # A result belongs to the latest call before it with its id (ids can repeat across turns).
-        calls: dict[str, tuple[str, Any]] = {}
+        calls: dict[str, tuple[str, set[str]]] = {}  # id -> (tool name, the call's echoes)
         ran = _calls_that_ran(messages, unreached)
         sent: set[str] = set()  # every value the model has passed to a write or egress tool
         trusted: list[str] = []
@@ -245,20 +251,20 @@ class Sources:
             if role == "assistant":
                 for call in message.get("tool_calls") or []:
                     function = call.get("function") or {}
-                    name, arguments = function.get("name"), _arguments(function.get("arguments"))
-                    calls[call.get("id", "")] = (name, arguments)
+                    name, echoes = function.get("name"), _echoes(_arguments(function.get("arguments")))
+                    calls[call.get("id", "")] = (name, echoes)
                     tool = tools.get(name)
                     if tool is not None and guarded(tool) and (position, call.get("id", "")) in ran:
-                        sent |= _echoes(arguments)
+                        sent |= echoes
             if role in ("system", "developer", "user") and position not in runner_turns:
                 trusted.append(_said_words(text))
-                said.append(_said_words(text))
+                said.append(trusted[-1])
             elif role == "tool":
                 known = calls.get(message.get("tool_call_id", ""))
                 if known is None:  # a result for no call we know of: nobody vouches for it
                     untrusted.append(Output("an earlier tool", (words(text),)))
                     continue
-                name, arguments = known
+                name, echoes = known
                 tool = tools.get(name)
                 if tool is None:  # the runner's answer for a tool that does not exist
                     continue
@@ -270,7 +276,7 @@ class Sources:
                     # What the model passed to this call, or to any write that ran before (a
                     # call of the same turn included), a trusted output may only echo: a store
                     # (contacts, notes) returns what it was given, in whole or in part.
-                    trusted.append(_without(_trusted_words(text), sent | _echoes(arguments)))
+                    trusted.append(_without(_trusted_words(text), sent | echoes))
         return cls(
             "".join(f" {text} \n" for text in trusted),
             tuple(untrusted),
@@ -328,12 +334,11 @@ class Sources:
         """(tool, value) for a value of a private output inside these words that the user's
         messages do not name."""
         padded, compact = f" {needle} ", _compact(needle)
-        said = _compact(self.said)
         for tool, values in self.private:
             for value in values:
                 if len(value) >= DISTINCT and f" {value} " in padded and f" {value} " not in self.said:
                     return tool, value
-                if _id_like(value) and value in compact and value not in said:
+                if _id_like(value) and value in compact and value not in self.said_compact:
                     return tool, value  # a compact form: the secret reformatted
         return None
 
@@ -368,37 +373,32 @@ def parse_output(tool: str, text: str) -> Output:
         value = json.loads(text)
     except ValueError:
         return Output(tool, (words(text),))
-    fields: list[str] = []
-    records: list[Record] = []
+    fields = tuple(words(item) for item in _keys_and_values(value))
+    records = tuple(
+        Record(frozenset(_own_fields(obj)), json.dumps(obj, sort_keys=True)) for obj in _objects(value)
+    )
+    return Output(tool, fields, records)
 
-    def walk(item: Any) -> list[str]:
-        """Add `item`'s fields and records; return its fields."""
-        if isinstance(item, dict):
-            own: list[str] = []
-            inside: list[str] = []
-            for key, member in item.items():
-                fields.append(words(str(key)))
-                below = walk(member)
-                inside += [words(str(key)), *below]
-                if isinstance(member, list):
-                    own += [words(x) for x in map(_scalar, member) if x is not None]
-                elif isinstance(member, dict):  # a mapping of its own: shared_with {address: role}
-                    own += [words(str(k)) for k in member]
-                    own += [words(x) for x in map(_scalar, member.values()) if x is not None]
-                else:
-                    own += below
-            records.append(Record(frozenset(own), json.dumps(item, sort_keys=True)))
-            return inside
-        if isinstance(item, list):
-            return [field for member in item for field in walk(member)]
-        scalar = _scalar(item)
-        if scalar is None:
-            return []
-        fields.append(words(scalar))
-        return [words(scalar)]
 
-    walk(value)
-    return Output(tool, tuple(fields), tuple(records))
+def _objects(value: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `value`, inner ones first."""
+    members = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for member in members:
+        yield from _objects(member)
+    if isinstance(value, dict):
+        yield value
+
+
+def _own_fields(obj: dict[str, Any]) -> Iterator[str]:
+    """A record's own fields as words: its scalar members, the scalar items of its list members,
+    and the keys and scalar values of its object members (shared_with {address: role})."""
+    for member in obj.values():
+        if isinstance(member, dict):
+            yield from (words(str(key)) for key in member)
+            members: Any = member.values()
+        else:
+            members = member if isinstance(member, list) else (member,)
+        yield from (words(x) for x in map(_scalar, members) if x is not None)
 
 
 def _calls_that_ran(
@@ -524,17 +524,17 @@ class UntrustedContent:
             return
         for param, value in _values(arguments, schema=tool.parameters):
             needle = words(value)
-            if not needle and not (param in tool.destinations and value.strip()):
-                continue  # nothing to compare; but a destination of punctuation ("*") is held
-            if param in tool.destinations and _normal(value) != value:
-                yield Hold(
-                    "destination",
-                    f"{tool.name} is {kind} and its destination {param}={value!r} is written with "
-                    "invisible or look-alike characters, so no text can vouch for it",
-                    param,
-                )
-                continue
             if param in tool.destinations:
+                if not value.strip():
+                    continue  # an empty destination names nobody; punctuation alone ("*") is held
+                if _normal(value) != value:
+                    yield Hold(
+                        "destination",
+                        f"{tool.name} is {kind} and its destination {param}={value!r} is written with "
+                        "invisible or look-alike characters, so no text can vouch for it",
+                        param,
+                    )
+                    continue
                 # A link to fetch is never a record's field: "visit the links on the page the
                 # user named" is the injection's own request.
                 picked = not _is_link(value) and sources.selected_by(needle)
@@ -545,6 +545,8 @@ class UntrustedContent:
                         "trusted text (the user's messages or a trusted tool's output)",
                         param,
                     )
+                continue
+            if not needle:
                 continue
             secret = sources.secret_in(needle) if tool.effect in EGRESS else None
             if secret is not None:
