@@ -24,16 +24,18 @@ the same model up to quantisation and a converted FP8 tiny checkpoint equals the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sglang_ds41.checkpoint.manifest import BASE, ENGRAM_FORMATS, NVFP4, VARIANTS, Manifest, build_manifest
 from sglang_ds41.checkpoint.reader import CONFIG_FILE, HF_QUANT_FILE, INDEX_FILE
-from sglang_ds41.config import V41Config
+from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.errors import Ds41Error
 
 _TINY: dict[str, Any] = {
@@ -91,13 +93,28 @@ _NV_PRODUCER = {"name": "modelopt", "version": "0.47.0rc0"}
 _NV_INPUT_AMAX = 16.0
 
 
-def tiny_config(variant: str = BASE, engram: str = "fp8") -> dict[str, Any]:
-    """The nested `config.json` of a tiny checkpoint (a fresh dict)."""
+# The fields of `engram_num_embeddings`' prime layout (`engram.layout.build_layout`).
+_ENGRAM_LAYOUT_FIELDS = (
+    "engram_layer_ids", "engram_vocab_size", "engram_max_ngram_size", "engram_n_heads",
+    "engram_compressed_vocab_size",
+)  # fmt: skip
+
+
+def tiny_config(
+    variant: str = BASE, engram: str = "fp8", overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The nested `config.json` of a tiny checkpoint (a fresh dict).
+
+    `overrides`: `text_config` fields to replace (a bigger tiny model: `hidden_size`,
+    `index_topk`, ...). `engram_num_embeddings` follows the prime layout of the result unless
+    given; the config is validated (`V41Config`), so an inconsistent set is refused by name."""
     if variant not in VARIANTS:
         raise Ds41Error(f"unknown variant {variant!r}, expected one of {list(VARIANTS)}")
     if engram not in ENGRAM_FORMATS:
         raise Ds41Error(f"unknown Engram format {engram!r}, expected one of {list(ENGRAM_FORMATS)}")
     data = copy.deepcopy(_TINY)
+    if overrides:
+        _override_text(data["text_config"], overrides)
     quant = data["quantization_config"]
     if engram != "fp8":
         quant.update(
@@ -107,7 +124,23 @@ def tiny_config(variant: str = BASE, engram: str = "fp8") -> dict[str, Any]:
         )
     if variant == NVFP4:
         quant.update(_nv_quant_fields(data["text_config"]["num_hidden_layers"]))
+    if overrides:
+        V41Config.from_dict(data, source="tiny_config(overrides)")  # names the field that breaks it
     return data
+
+
+def _override_text(text: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """`text` (the tiny text_config) with `overrides` merged in, the Engram rows recomputed."""
+    from sglang_ds41.engram.layout import build_layout
+
+    known = {f.name for f in dataclasses.fields(TextConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise Ds41Error(f"tiny_config: unknown text_config field(s) {unknown} in overrides")
+    text.update(copy.deepcopy(dict(overrides)))
+    if "engram_num_embeddings" not in overrides:
+        layout = build_layout(*(text[name] for name in _ENGRAM_LAYOUT_FIELDS))
+        text["engram_num_embeddings"] = [layer.num_rows for layer in layout.layers]
 
 
 def _nv_quantized_layers(n_layers: int) -> dict[str, Any]:
@@ -259,8 +292,15 @@ def _shard_of(name: str, n_layers: int) -> int:
     return 0
 
 
-def write_tiny(out_dir: str | Path, variant: str = BASE, engram: str = "fp8", seed: int = 0) -> Path:
-    """Write a tiny checkpoint directory; same arguments -> byte-identical files."""
+def write_tiny(
+    out_dir: str | Path,
+    variant: str = BASE,
+    engram: str = "fp8",
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a tiny checkpoint directory; same arguments -> byte-identical files.
+    `overrides`: `text_config` fields to replace (`tiny_config`)."""
     from safetensors.torch import save_file
 
     from sglang_ds41.assets import TOKENIZER_DIR
@@ -274,7 +314,7 @@ def write_tiny(out_dir: str | Path, variant: str = BASE, engram: str = "fp8", se
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise Ds41Error(f"cannot write {out}: {error.strerror}") from None
-    data = tiny_config(variant, engram)
+    data = tiny_config(variant, engram, overrides)
     config = V41Config.from_dict(data, source="tiny_config()")
     manifest = build_manifest(config)
     tensors = _weights(manifest, seed)

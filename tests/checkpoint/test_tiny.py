@@ -14,7 +14,7 @@ from sglang_ds41 import formats
 from sglang_ds41.assets import TOKENIZER_SHA256
 from sglang_ds41.checkpoint.inspect import inspect_checkpoint
 from sglang_ds41.checkpoint.reader import Checkpoint
-from sglang_ds41.checkpoint.tiny import write_tiny
+from sglang_ds41.checkpoint.tiny import tiny_config, write_tiny
 from sglang_ds41.config import V41Config
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model.roles import LayerRole, consumes_candidates, layer_role
@@ -156,6 +156,27 @@ def test_weights_keep_unit_scale_through_linears(tiny_dir):
     for name, spec in ckpt.manifest.by_name.items():
         if spec.role in ("param", "weight"):
             assert torch.isfinite(ckpt.tensor(name).float()).all(), name
+
+
+def test_overrides_change_text_config_fields_and_the_engram_rows_follow(tmp_path):
+    """A bigger tiny model (the trainer's): the fields replaced, the Engram tables re-laid out
+    from the new engram_vocab_size (sums of the next primes >= 101), every tensor valid."""
+    overrides = {"hidden_size": 96, "index_topk": 16, "engram_vocab_size": 101}
+    root = write_tiny(tmp_path / "big", overrides=overrides)
+    t = V41Config.from_file(root).text
+    assert (t.hidden_size, t.index_topk, t.engram_vocab_size) == (96, 16, 101)
+    # layer 1: 101 103 107 109 113 127; layer 2: 131 137 139 149 151 157 (3 n-gram sizes x 2 heads)
+    assert t.engram_num_embeddings == (660, 864)
+    assert inspect_checkpoint(root)["valid"]
+    wo_b = Checkpoint.open(root).stored["layers.0.attn.wo_b.weight"]
+    assert wo_b.shape == (96, 64)  # [D, groups * o_lora_rank]
+
+
+def test_overrides_name_an_unknown_or_inconsistent_field():
+    with pytest.raises(Ds41Error, match="hidden_sz"):
+        tiny_config(overrides={"hidden_sz": 96})
+    with pytest.raises(Ds41Error, match="sliding_window"):
+        tiny_config(overrides={"sliding_window": 0})
 
 
 def test_refuses_a_non_empty_output_directory(tmp_path):
