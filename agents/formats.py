@@ -2,8 +2,8 @@
 
 Why our own for four formats: jsonschema's `email` only looks for an "@"; its `date-time` and
 `time` (rfc3339-validator) refuse leap seconds, which RFC 3339 allows at 23:59:60 UTC; its `regex`
-is Python's `re`, which takes escapes ECMA-262 (the regex dialect JSON Schema names) does not
-have. Each rule below is the RFC's grammar, cited where it is applied.
+is Python's `re`, another dialect than the ECMA-262 JSON Schema names (ecma_regex.py). Each
+rule below is the RFC's grammar, cited where it is applied.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 from jsonschema import FormatChecker
 from jsonschema.protocols import Validator
 
+from . import ecma_regex
+
 # RFC 3339 §5.6, ASCII digits only (`\d` would take any Unicode digit).
 _TIME = re.compile(
     r"([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?(?:(Z)|([+-])([0-9]{2}):([0-9]{2}))", re.IGNORECASE
@@ -27,8 +29,6 @@ _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _DOT_ATOM = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
 _QUOTED = re.compile(r'"(?:[^"\\\r\n]|\\.)*"')
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-# Escapes Python's `re` reads that ECMA-262 does not (a bell, string anchors, named groups).
-_NOT_ECMA = re.compile(r"\\[aAZ]|\(\?P[<=]|\(\?#")
 
 
 def is_time(text: str) -> bool:
@@ -102,23 +102,12 @@ def _mail_domain(domain: str, idn: bool) -> bool:
     return len(domain) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
 
 
-def is_ecma_regex(text: str) -> bool:
-    """Compiles, and uses no escape that only Python's dialect has."""
-    if _NOT_ECMA.search(text.replace("\\\\", "")):
-        return False
-    try:
-        re.compile(text)
-    except re.error:
-        return False
-    return True
-
-
 _OURS = {
     "date-time": is_date_time,
     "time": is_time,
     "email": is_email,
     "idn-email": lambda text: is_email(text, idn=True),
-    "regex": is_ecma_regex,
+    "regex": ecma_regex.is_pattern,
 }
 
 

@@ -2,7 +2,8 @@
 
 Why a module of its own: a schema is validated by the rules of its own `$schema` (draft 4 to
 2020-12; 2020-12 when absent), with `format` asserted (jsonschema's format checkers; the
-format-nongpl extra supplies uri, date-time, hostname, duration ...), and its references resolved
+format-nongpl extra supplies uri, date-time, hostname, duration ...), its patterns read as ECMA-262
+(ecma_regex.py), and its references resolved
 inside the document only (`$defs`, `$id`'d resources, URNs, `$anchor`, `$dynamicRef`) plus the
 drafts' own meta-schemas, which ship with jsonschema. Every reference is resolved up front, so a
 remote or dangling one is an `AgentConfigError` at setup, never an exception in the middle of a
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 from urllib.parse import urldefrag, urljoin
 
@@ -26,6 +28,7 @@ from referencing import Registry, Resource
 from referencing.exceptions import NoSuchAnchor, NoSuchResource, PointerToNowhere, Unresolvable
 from referencing.jsonschema import DRAFT202012, specification_with
 
+from . import ecma_regex
 from .errors import AgentConfigError
 from .formats import format_checker
 
@@ -69,7 +72,7 @@ class SchemaValidator:
             )
         validator_class = _validator_class(schema, where)
         try:
-            validator_class.check_schema(schema)
+            validator_class.check_schema(schema, format_checker=format_checker(validator_class))
         except jsonschema.SchemaError as error:
             at = _pointer(error.absolute_path)
             raise AgentConfigError(
@@ -78,13 +81,22 @@ class SchemaValidator:
         registry = _registry(schema, validator_class)
         _check_references(schema, validator_class, registry, where)
         checker = format_checker(validator_class) if assert_formats else None
-        validator = validator_class(schema, registry=registry, format_checker=checker)
+        validator = _ecma(validator_class)(schema, registry=registry, format_checker=checker)
         return cls(schema, _draft_name(validator_class), validator)
 
     def problems(self, instance: Any) -> list[jsonschema.ValidationError]:
         """Every way `instance` fails the schema, in document order of where it fails."""
         errors = list(self._validator.iter_errors(instance))
         return sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])
+
+
+@cache
+def _ecma(validator_class: type[Validator]) -> type[Validator]:
+    """The draft's validator with its regular expressions read as ECMA-262 (ecma_regex.py)."""
+    keywords = dict(ecma_regex.KEYWORDS)
+    if "unevaluatedProperties" in validator_class.VALIDATORS:
+        keywords |= ecma_regex.UNEVALUATED
+    return validators.extend(validator_class, keywords)
 
 
 def _validator_class(schema: Any, where: str) -> type[Validator]:

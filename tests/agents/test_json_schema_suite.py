@@ -105,3 +105,35 @@ def test_only_remote_references_are_refused_and_they_are_all_counted() -> None:
     }
     # refRemote.json, the remote parts of dynamicRef.json, vocabulary.json's remote meta-schemas.
     assert refused == {"draft2020-12": 22, "draft7": 11}
+
+
+REGEX = [
+    (draft, SUITE / draft / "optional" / name)
+    for draft in DRAFTS
+    for name in ("ecmascript-regex.json", "non-bmp-regex.json")
+]
+
+
+@pytest.mark.parametrize(("draft", "path"), REGEX, ids=_ids(REGEX))
+def test_optional_ecmascript_regex_patterns_have_ecma_262_semantics(draft: str, path: Path) -> None:
+    out = run_file(path, draft, assert_formats=True)
+    assert out["false_accept"] == [] and out["false_reject"] == [] and out["refused"] == []
+    assert out["passed"]
+
+
+ARABIC_DIGITS = "\u0661\u0662"  # a Unicode digit that ECMA-262's \d (ASCII only) does not take
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"patternProperties": {"^\\d+$": True}, "additionalProperties": False},
+        {"patternProperties": {"^\\d+$": True}, "unevaluatedProperties": False},
+        {"allOf": [{"patternProperties": {"^\\d+$": True}}], "unevaluatedProperties": False},
+    ],
+    ids=["additionalProperties", "unevaluatedProperties", "unevaluated-through-allOf"],
+)
+def test_what_patterns_leave_to_other_keywords_is_decided_by_ecma_262_too(schema: dict) -> None:
+    validator = SchemaValidator.compile(schema, "schema")
+    assert not validator.problems({"12": 1})
+    assert validator.problems({ARABIC_DIGITS: 1})
