@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonschema
 import pydantic
+from sglang_ds41.encoding.special_tokens import Special
 
 from .errors import AgentConfigError
 from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
@@ -92,6 +93,30 @@ def repair_prompt(problem: str) -> str:
     return (
         f"Your previous reply cannot be used: {problem}. "
         "Reply again with only the JSON value that matches the required schema."
+    )
+
+
+# A tool-call tag of the V4.1 format (docs/ENCODING.md §2.7), spaced or not: `<｜DSML｜ calls>`,
+# `<｜DSML｜invoke`, `</｜DSML｜ parameter>`.
+_CALL_MARKUP = re.compile(
+    rf"</?\s*{re.escape(Special.DSML.value)}\s*(?:calls|tool_calls|invoke|parameter|function_calls)\b"
+)
+UNPARSED_CALLS = (
+    "it holds tool-call markup as text: the server did not parse it as a call, so nothing ran"
+)
+
+
+def unparsed_calls(content: str) -> str | None:
+    """Why a final answer is no answer: raw tool-call markup in `content` is a call the server
+    returned unparsed (a server started without the V4.1 tool-call parser, or markup the
+    parser refused), never something to hand the caller as the result."""
+    return UNPARSED_CALLS if _CALL_MARKUP.search(content) else None
+
+
+def calls_repair_prompt() -> str:
+    return (
+        f"Your previous reply cannot be used: {UNPARSED_CALLS}. If a tool call is still needed, "
+        "make it as a tool call; otherwise reply with the answer alone."
     )
 
 

@@ -33,7 +33,7 @@ from .errors import (
 )
 from .events import Event, PendingCall, RunState
 from .log import EventLog, read_log
-from .output import repair_prompt, to_jsonable
+from .output import calls_repair_prompt, repair_prompt, to_jsonable, unparsed_calls
 from .policies import ask
 from .result import RunResult
 from .tools import PreparedCall, Tool, ToolContext
@@ -385,23 +385,26 @@ class _Loop:
     def conclude(self, message: dict[str, Any]) -> None:
         content = message.get("content") or ""
         spec = self.agent.output
+        if (markup := unparsed_calls(content)) is not None:
+            self.repair(
+                calls_repair_prompt(),
+                f"the final answer {markup} ({self.state.repairs} repair turns allowed); is the "
+                "server started with --tool-call-parser deepseekv41?",
+                content,
+            )
+            return
         if spec is None:
             value: Any = content
         else:
             value, problem = spec.validate(content)
             if problem is not None:
-                if self.state.repairs < self.agent.max_output_repairs:
-                    self.record(
-                        "message",
-                        message={"role": "user", "content": repair_prompt(problem)},
-                        reason="repair",
-                    )
-                    return
-                raise OutputValidationError(
+                self.repair(
+                    repair_prompt(problem),
                     f"the final answer never matched the output schema {spec.name!r} "
                     f"({self.state.repairs} repair turns allowed): {problem}",
                     content,
                 )
+                return
         self.final_value = value
         self.record(
             "run_finished",
@@ -409,6 +412,12 @@ class _Loop:
             content=content,
             finish_reason=self.state.last_finish_reason,
         )
+
+    def repair(self, prompt: str, failure: str, content: str) -> None:
+        """A repair turn for a final answer that cannot be used, while the budget lasts."""
+        if self.state.repairs >= self.agent.max_output_repairs:
+            raise OutputValidationError(failure, content)
+        self.record("message", message={"role": "user", "content": prompt}, reason="repair")
 
     def result(self) -> RunResult:
         st = self.state

@@ -8,12 +8,14 @@ inside the document only (`$defs`, `$id`'d resources, URNs, `$anchor`, `$dynamic
 drafts' own meta-schemas, which ship with jsonschema. Every reference is resolved up front, so a
 remote or dangling one is an `AgentConfigError` at setup, never an exception in the middle of a
 run. Model output is parsed with NaN and Infinity refused: they are not JSON, and Python's
-parser would otherwise hand them to the schema as numbers.
+parser would otherwise hand them to the schema as numbers; so is a number beyond a double's
+range (1e400), which it would read as infinity.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -43,10 +45,18 @@ def _no_constant(name: str) -> Any:
     raise NotJSON(f"{name} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise NotJSON(f"the number {text[:40]} is beyond the range of a double (it would read as infinity)")
+    return value
+
+
 def loads_strict(text: str) -> Any:
-    """`json.loads` that refuses NaN, Infinity and -Infinity (raises `NotJSON`)."""
+    """`json.loads` that refuses NaN, Infinity and -Infinity, and a number too large for a
+    double (1e400, which Python would read as infinity) (raises `NotJSON`)."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except json.JSONDecodeError as error:
         raise NotJSON(f"{error.msg} at position {error.pos}") from None
 

@@ -162,3 +162,49 @@ def test_a_resumed_run_goes_on_after_the_repair_turn_and_never_runs_the_flagged_
     assert answer.bodies[0]["messages"][-1]["content"].startswith(MALFORMED)
     repairs = [e for e in read_log(tmp_path / "run") if e.type == "message"]
     assert len(repairs) == 1  # replaying the log did not owe it again
+
+
+def dsml_markup(name: str, arguments: dict) -> str:
+    """The tool-call block the V4.1 format writes for this call (the real renderer's), as a
+    server without the tool-call parser returns it: in `content`."""
+    from sglang_ds41.encoding import render_request
+
+    call = {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    messages = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+    ]
+    text = render_request({"model": "DeepSeek-V4.1-Flash", "messages": messages}).prompt.text
+    start = text.index("<｜DSML｜ calls>")
+    return text[start : text.index("</｜DSML｜ calls>") + len("</｜DSML｜ calls>")]
+
+
+def test_raw_tool_call_markup_in_content_is_no_final_answer(serve):
+    from sglang_ds41.agents import OutputValidationError
+    from sglang_ds41.agents.testing import Reply
+
+    markup = dsml_markup("get_weather", {"city": "Oslo"})
+    # The model's call comes back as text; after the repair turn it calls properly.
+    call = Reply(tool_calls=[("get_weather", {"city": "Oslo"})])
+    fixed = [Reply(content=markup), call, Reply(content="Sunny.")]
+    seen: list = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        seen.append(city)
+        return "sunny"
+
+    agent = Agent(name="w", tools=[get_weather], thinking=False, policies=fast_policies())
+    result = Runner.run_sync(agent, "Weather in Oslo?", base_url=serve(fixed, validate=False).base_url)
+    assert result.final_output == "Sunny." and seen == ["Oslo"]
+    assert result.messages[1]["content"] == markup
+    repair = result.messages[2]
+    assert repair["role"] == "user" and "tool-call markup" in repair["content"]
+    # A server that never parses it: a clear error after the repair budget, never the markup as
+    # the answer.
+    stuck = [Reply(content=markup)] * 4
+    with pytest.raises(OutputValidationError, match=r"tool-call markup.*--tool-call-parser deepseekv41"):
+        Runner.run_sync(agent, "Weather in Oslo?", base_url=serve(stuck, validate=False).base_url)
+    assert seen == ["Oslo"]

@@ -1,12 +1,13 @@
 """Schemas validated as declared: the draft of `$schema`, formats asserted, references resolved at
-setup (remote ones refused there), NaN/Infinity refused, tool arguments against the tool's own
-schema."""
+setup (remote ones refused there), NaN/Infinity and numbers beyond a double refused, tool
+arguments against the tool's own schema."""
 
 from __future__ import annotations
 
 import pytest
-from sglang_ds41.agents import Agent, AgentConfigError, Tool, function_tool
+from sglang_ds41.agents import Agent, AgentConfigError, Runner, Tool, function_tool
 from sglang_ds41.agents.output import OutputSpec
+from sglang_ds41.agents.testing import Reply, by_turn
 from sglang_ds41.agents.tools import PreparedCall
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
@@ -106,3 +107,25 @@ def test_a_remote_reference_in_a_tool_schema_is_refused_at_setup():
         AgentConfigError, match=r"tool 't' parameters: \$ref 'other.json#/x' at /properties/a/\$ref"
     ):
         tuple_tool(schema)
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1E+999", "2.5e308"])
+def test_a_number_beyond_a_double_never_reaches_a_tool_as_infinity(serve, number):
+    seen: list = []
+
+    @function_tool
+    def scale(factor: float) -> str:
+        """Scale by a factor."""
+        seen.append(factor)
+        return "ok"
+
+    script = [Reply(tool_calls=[("scale", f'{{"factor": {number}}}')]), Reply(content="done")]
+    server = serve(by_turn(script), validate=False)
+    agent = Agent(name="a", tools=[scale], thinking=False)
+    result = Runner.run_sync(agent, "Scale it.", base_url=server.base_url)
+    answer = next(m["content"] for m in result.messages if m["role"] == "tool")
+    assert seen == []
+    assert f"the number {number} is beyond the range of a double" in answer
+    spec = OutputSpec.of({"type": "object", "properties": {"x": {"type": "number"}}})
+    value, problem = spec.validate(f'{{"x": {number}}}')
+    assert value is None and number in problem
