@@ -12,8 +12,7 @@ Measured on one server of the tiny model with a longer context (`long_context_ch
   steps all of them run together, and tokens/s = B / step.
 
 Times are wall-clock, so other work on the cores shows in them: each row carries the 1-minute
-load average when it ended. (CPU time would not help: SGLang's scheduler polls at 100% of a
-core when idle.)
+load average when it ended.
 
 The served tiny checkpoint has 8,192 positions (tests use it as it is). This benchmark writes a
 variant beside it that differs only in `max_position_embeddings` (131,072): the same tensors

@@ -71,6 +71,7 @@ def test_cpu_launch_adds_the_cpu_engine_settings(model_dir):
     assert got["--device"] == ["cpu"]
     assert got["--attention-backend"] == ["torch_native"]
     assert got["--max-total-tokens"] == [str(serve.CPU_MAX_TOTAL_TOKENS)]
+    assert got["--sleep-on-idle"] == []  # an idle server waits on its sockets instead of polling a core
     assert launch.env["SGLANG_USE_CPU_ENGINE"] == "1"
     assert "SGLANG_CPU_OMP_THREADS_BIND" not in launch.env  # one rank needs no binding
     assert launch.cpu
