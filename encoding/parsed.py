@@ -27,6 +27,11 @@ class ParsedToolCall:
     def valid(self) -> bool:
         return not self.problems
 
+    @property
+    def error(self) -> str:
+        """The problems in one line (empty for a valid call)."""
+        return "; ".join(self.problems)
+
     def to_openai(self) -> dict[str, Any]:
         return {
             "id": self.id,

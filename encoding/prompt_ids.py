@@ -9,7 +9,7 @@ the control token. The tokenizer used for text runs is the V4.1 tokenizer with i
 from __future__ import annotations
 
 import json
-from functools import cache
+import weakref
 from typing import TYPE_CHECKING
 
 from .render import RenderedPrompt
@@ -18,17 +18,27 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 
-@cache
+_TEXT_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def text_tokenizer_of(tokenizer: Tokenizer) -> Tokenizer:
+    """`tokenizer` minus its added vocabulary (normalizer, pre-tokenizer and BPE model
+    unchanged), built once per tokenizer object."""
+    found = _TEXT_TOKENIZERS.get(tokenizer)
+    if found is None:
+        from tokenizers import Tokenizer
+
+        spec = json.loads(tokenizer.to_str())
+        spec["added_tokens"] = []
+        found = _TEXT_TOKENIZERS[tokenizer] = Tokenizer.from_str(json.dumps(spec))
+    return found
+
+
 def text_tokenizer() -> Tokenizer:
-    """The V4.1 tokenizer minus its added vocabulary, built once per process."""
-    from tokenizers import Tokenizer
+    """The V4.1 tokenizer minus its added vocabulary."""
+    from sglang_ds41.assets import v41_tokenizer
 
-    from sglang_ds41.assets import TOKENIZER_JSON
-
-    with open(TOKENIZER_JSON, encoding="utf-8") as f:
-        spec = json.load(f)
-    spec["added_tokens"] = []
-    return Tokenizer.from_str(json.dumps(spec))
+    return text_tokenizer_of(v41_tokenizer())
 
 
 def encode_text(text: str) -> list[int]:

@@ -4,10 +4,11 @@ Accepts and rejects exactly what the official renderer (`deepseek-recipe` 0.2.0,
 `DeepSeek-V4.1-Flash`) accepts and rejects, in two passes like it: a type pass (wrong JSON
 types, unknown enum words; `EncodingError.status_code` None) and a semantic pass (400).
 
-One extension of our own: `"reasoning_budget": N` (an integer 1-100, not a bool) sets the
-number in the effort line directly (the official Python encoder and SGLang accept such
-budgets; the wheel only renders 50/75/100). It overrides `reasoning_effort`. It needs thinking
-mode: with thinking disabled it is an error rather than being silently dropped.
+One extension of our own, whose rules live in `reasoning.py` (shared with the server):
+`"reasoning_budget": N` (an integer 1-100, not a bool) sets the number in the effort line
+directly (the official Python encoder and SGLang accept such budgets; the wheel only renders
+50/75/100). It overrides `reasoning_effort`. It needs thinking mode: with thinking disabled it
+is an error rather than being silently dropped.
 
 Not reproduced: the V4 model name `DeepSeek-V4-Pro` (its prompt format differs; rejected
 here), struct fields given as JSON arrays (serde accepts `["enabled", null]` for `thinking`),
@@ -20,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from . import json_text
+from . import json_text, reasoning
 from .conversation import (
     AssistantMessage,
     Conversation,
@@ -264,23 +265,13 @@ def _typed_response_format(fmt: Any) -> tuple[str, Any, str | None, bool]:
 
 def _thinking_and_budget(body: dict[str, Any]) -> tuple[bool, int]:
     """Thinking on/off and the effort number (ENCODING.md §2.1 table, §2.3)."""
-    thinking_type = None
-    thinking = body.get("thinking")
-    if thinking is not None:
-        thinking = expect_object(thinking, "thinking")
-        thinking_type = expect_enum(
-            required(thinking, "type", "thinking"), "thinking.type", ("adaptive", "enabled", "disabled")
-        )
-        optional_uint(thinking.get("budget_tokens"), "thinking.budget_tokens", 64)
+    explicit = reasoning.thinking_from_field(body.get("thinking"))
     effort = _typed_effort(body.get("reasoning_effort"))
-    budget = _typed_budget(body.get("reasoning_budget"))
+    budget = reasoning.reasoning_budget(body.get(reasoning.REASONING_BUDGET))
 
-    on = thinking_type != "disabled" if thinking_type is not None else effort != "none"
-    if budget is not None and not on:
-        raise request_error(
-            "reasoning_budget needs thinking mode, but thinking is disabled"
-            f" ({'thinking.type is disabled' if thinking_type else 'reasoning_effort is none'})"
-        )
+    on = explicit if explicit is not None else effort != "none"
+    off_because = "thinking.type is disabled" if explicit is not None else "reasoning_effort is none"
+    reasoning.check_budget_has_thinking(budget, on, off_because)
     if budget is None:
         budget = EFFORT_BUDGET.get(effort or "high", DEFAULT_BUDGET)
     return on, budget
@@ -298,16 +289,6 @@ def _typed_effort(effort: Any) -> str | None:
     elif not isinstance(effort, str):
         raise body_error("reasoning_effort", f"invalid type: {describe(effort)}, expected string or map")
     return expect_enum(effort, "reasoning_effort", EFFORT_WORDS)
-
-
-def _typed_budget(budget: Any) -> int | None:
-    if budget is None:
-        return None
-    if isinstance(budget, bool) or not isinstance(budget, int):
-        raise request_error(f"reasoning_budget must be an integer from 1 to 100, got {describe(budget)}")
-    if not 1 <= budget <= 100:
-        raise request_error(f"reasoning_budget must be from 1 to 100, got {budget}")
-    return budget
 
 
 def _check_sampling_fields(body: dict[str, Any], thinking: bool) -> None:

@@ -40,10 +40,18 @@ def register() -> None:
     upstream SGLang (importing `engram_embedding` checks the whole upstream surface first)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_ds41.plugin import grammar_compile, parsers, responses, text_endpoints, thinking
+    # Importing engram_embedding checks upstream; the serving hooks bind upstream names at import.
     from sglang_ds41.plugin.engram_embedding import TARGET, Ds41EngramEmbedding
 
     HookRegistry.register(TARGET, Ds41EngramEmbedding, HookType.REPLACE)
+    from sglang_ds41.plugin import (
+        grammar_compile,
+        parsers,
+        responses,
+        text_endpoints,
+        thinking,
+    )
+
     for hooks in (
         thinking.HOOKS,
         parsers.HOOKS,

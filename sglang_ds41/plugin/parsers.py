@@ -36,6 +36,23 @@ import contextvars
 import json
 from typing import Any
 
+from sglang.srt.entrypoints.openai import serving_deepseek_recipe as upstream
+from sglang.srt.entrypoints.openai.chat_encoding_adapters import (
+    select_new_output_ids,
+    token_output_sse_chunks,
+)
+from sglang.srt.entrypoints.openai.protocol import (
+    ChatCompletionResponse,
+    ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse,
+    DeltaMessage,
+    FunctionResponse,
+    ToolCall,
+)
+from sglang.srt.parser.deepseek_recipe_renderer import load_deepseek_recipe
+from sglang.srt.runtime_context import get_serving
+from starlette.responses import Response
+
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
 
@@ -68,8 +85,6 @@ def ours(adapter: Any) -> bool:
 def _initial_stage(adapter: Any, request: Any) -> Any:
     """Where the output starts (recipe's ThinkingInitialStage or None), from upstream's own
     decision for this request (thinking, the continued final message, a task)."""
-    from sglang.srt.entrypoints.openai import serving_deepseek_recipe as upstream
-
     continued = None
     if request.continue_final_message:
         last = [m.model_dump(exclude_unset=True, by_alias=True, mode="json") for m in request.messages[-1:]]
@@ -80,8 +95,6 @@ def _initial_stage(adapter: Any, request: Any) -> Any:
 
 
 def parsing_options(adapter: Any, request: Any) -> ParsingOptions:
-    from sglang.srt.parser.deepseek_recipe_renderer import load_deepseek_recipe
-
     stage = _initial_stage(adapter, request)
     stages = load_deepseek_recipe().ThinkingInitialStage
     response_format = request.response_format
@@ -120,9 +133,6 @@ def next_step(
 ) -> Step:
     """Feed one streamed engine chunk (its ids not yet consumed, as SGLang selects them) to the
     parse; with `finish_reason` the choice ends there."""
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import select_new_output_ids
-    from sglang.srt.runtime_context import get_serving
-
     finish_type = finish_reason["type"] if finish_reason else None
     new_ids = select_new_output_ids(
         output_ids=chunk.get("output_ids") or [],
@@ -140,10 +150,9 @@ def next_step(
 # ---- OpenAI shapes ---------------------------------------------------------------------------
 
 
-def _tool_calls(adapter: Any, request: Any, calls: list[ServedCall], first_index: int) -> list[Any]:
-    from sglang.srt.entrypoints.openai.protocol import FunctionResponse, ToolCall
-
-    history = adapter._hooks.history_tool_calls_count(request)
+def _tool_calls(adapter: Any, calls: list[ServedCall], first_index: int, history: int) -> list[Any]:
+    """`calls` as SGLang's `ToolCall`s; `history` is the request's count of earlier calls
+    (upstream's id scheme takes it)."""
     return [
         ToolCall(
             id=adapter._tool_call_id(index, call.name, history),
@@ -154,8 +163,7 @@ def _tool_calls(adapter: Any, request: Any, calls: list[ServedCall], first_index
     ]
 
 
-def _invalid_entries(adapter: Any, request: Any, calls: list[ServedCall], first_index: int) -> list[dict]:
-    history = adapter._hooks.history_tool_calls_count(request)
+def _invalid_entries(adapter: Any, calls: list[ServedCall], first_index: int, history: int) -> list[dict]:
     return [
         {
             "index": index,
@@ -166,6 +174,12 @@ def _invalid_entries(adapter: Any, request: Any, calls: list[ServedCall], first_
         }
         for index, call in enumerate(calls, first_index)
     ]
+
+
+def _history(adapter: Any, request: Any, step: Step) -> int:
+    """Earlier calls in the request's messages, counted only when `step` hands out calls (the
+    count walks the whole history)."""
+    return adapter._hooks.history_tool_calls_count(request) if step.calls or step.invalid_calls else 0
 
 
 # ---- hooks -----------------------------------------------------------------------------------
@@ -182,12 +196,13 @@ def parse_chat_response(original, self, **kwargs):
         finish_reason.get("matched"),
         keep_matched_stop=request.no_stop_trim,
     )
+    history = _history(self, request, step)
     collected = _COLLECTED.get()
     if collected is not None:
-        collected.append(_invalid_entries(self, request, step.invalid_calls, 0))
+        collected.append(_invalid_entries(self, step.invalid_calls, 0, history))
     if (step.calls or step.invalid_calls) and finish_reason["type"] == "stop":
         finish_reason = {**finish_reason, "type": "tool_calls", "matched": None}
-    tool_calls = _tool_calls(self, request, step.calls, 0) or None
+    tool_calls = _tool_calls(self, step.calls, 0, history) or None
     return step.reasoning or None, step.content, tool_calls, finish_reason
 
 
@@ -209,8 +224,6 @@ def stream_chat_chunks(original, self, **kwargs):
     streamed choice -> its SSE chunks (reasoning, content, whole calls, invalid calls)."""
     if not ours(self):
         return original(self, **kwargs)
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import token_output_sse_chunks
-
     content, index, request = kwargs["content"], kwargs["index"], kwargs["request"]
     parser_dict, finish_reason_type = kwargs["parser_dict"], kwargs["finish_reason_type"]
     state = parser_dict.get(index)
@@ -222,6 +235,7 @@ def stream_chat_chunks(original, self, **kwargs):
         matched = reported.get("matched") if isinstance(reported, dict) else None
         finish_reason = {"type": finish_reason_type, "matched": matched}
     step = next_step(state.output, content, finish_reason, keep_matched_stop=request.no_stop_trim)
+    history = _history(self, request, step)
     if step.calls or step.invalid_calls:
         kwargs["has_tool_calls"][index] = True  # upstream's finish chunk then says tool_calls
     meta = content["meta_info"]
@@ -234,11 +248,11 @@ def stream_chat_chunks(original, self, **kwargs):
         logprobs=kwargs["choice_logprobs"],
         reasoning=step.reasoning,
         content=step.content,
-        tool_calls=_tool_calls(self, request, step.calls, state.calls_sent),
+        tool_calls=_tool_calls(self, step.calls, state.calls_sent, history),
     )
     state.calls_sent += len(step.calls)
     if step.invalid_calls:
-        entries = _invalid_entries(self, request, step.invalid_calls, state.invalid_sent)
+        entries = _invalid_entries(self, step.invalid_calls, state.invalid_sent, history)
         chunks.append(_invalid_chunk(entries, meta["id"], kwargs["created"], request.model, index, kwargs))
         state.invalid_sent += len(step.invalid_calls)
     return chunks
@@ -247,12 +261,6 @@ def stream_chat_chunks(original, self, **kwargs):
 def _invalid_chunk(entries: list[dict], chunk_id: str, created: int, model: str, index: int, kwargs) -> str:
     """An SSE chunk whose delta carries `invalid_tool_calls` (SGLang's DeltaMessage has no such
     field, so the chunk is built as SGLang builds one and the field added to its JSON)."""
-    from sglang.srt.entrypoints.openai.protocol import (
-        ChatCompletionResponseStreamChoice,
-        ChatCompletionStreamResponse,
-        DeltaMessage,
-    )
-
     choice = ChatCompletionResponseStreamChoice(index=index, delta=DeltaMessage(), finish_reason=None)
     chunk = ChatCompletionStreamResponse(
         id=chunk_id, created=created, choices=[choice], model=model, usage=kwargs["usage"]
@@ -273,9 +281,6 @@ def build_chat_response(original, self, *args, **kwargs):
         _COLLECTED.reset(token)
     if not any(collected):
         return response
-    from sglang.srt.entrypoints.openai.protocol import ChatCompletionResponse
-    from starlette.responses import Response
-
     if not isinstance(response, ChatCompletionResponse):
         return response  # an error response
     body = json.loads(response.model_dump_json(by_alias=True))

@@ -22,6 +22,8 @@ import contextvars
 import inspect
 from typing import Any
 
+from sglang.srt.function_call.core_types import ToolCallItem
+
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.plugin.parsers import ADAPTER, next_step, ours, stop_strings
 from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
@@ -52,8 +54,6 @@ def _output(adapter: Any, kwargs: dict[str, Any]) -> ServedOutput:
 
 def _items(step: Step) -> tuple[list[Any], set[int]]:
     """ToolCallItems in output order (tool_index = the call's position) and the flagged ones."""
-    from sglang.srt.function_call.core_types import ToolCallItem
-
     calls: list[ServedCall] = sorted([*step.calls, *step.invalid_calls], key=lambda c: c.position)
     items = [ToolCallItem(tool_index=c.position, name=c.name, parameters=c.arguments) for c in calls]
     return items, {c.position for c in step.invalid_calls}

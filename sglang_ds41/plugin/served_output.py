@@ -25,12 +25,14 @@ serving hooks (`plugin/parsers.py`) stay thin and this part is tested on its own
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.parsed import ParsedToolCall
+from sglang_ds41.encoding.prompt_ids import text_tokenizer_of
 from sglang_ds41.encoding.stream import ContentDelta, ReasoningDelta, StreamParser
 
 BLOCK_NOT_CLOSED = "tool-call block not closed"
@@ -39,6 +41,10 @@ CUT_IN_NAME = "call cut off inside its name"
 # A stop match ends on the last id; the ids it covers decode to at least one character each,
 # except pieces of a character split over several byte-level ids (at most 4 per character).
 _STOP_SCAN_IDS_PER_CHAR = 4
+
+
+def _encode_text_runs(tokenizer, text: str) -> list[int]:
+    return text_tokenizer_of(tokenizer).encode(text, add_special_tokens=False).ids if text else []
 
 
 def _without_cut_block_start(held: list) -> list:
@@ -50,22 +56,17 @@ def _without_cut_block_start(held: list) -> list:
     return held
 
 
-@dataclass(frozen=True)
-class ServedCall:
-    """One invoke of the output; `position` is its place among all the output's calls."""
+@dataclass(frozen=True, kw_only=True)
+class ServedCall(ParsedToolCall):
+    """One invoke of the output and its `position` among all the output's calls (the server
+    gives the ids: `id` is empty)."""
 
     position: int
-    name: str
-    arguments: str
-    problems: tuple[str, ...] = ()
 
-    @property
-    def valid(self) -> bool:
-        return not self.problems
-
-    @property
-    def error(self) -> str:
-        return "; ".join(self.problems)
+    @classmethod
+    def of(cls, call: ParsedToolCall, position: int, more_problems: Sequence[str] = ()) -> ServedCall:
+        problems = tuple(dict.fromkeys((*call.problems, *more_problems)))
+        return cls(**{**vars(call), "id": "", "problems": problems}, position=position)
 
 
 @dataclass
@@ -81,29 +82,24 @@ class Step:
 class ServedOutput:
     """The parse of one choice, fed the engine's output ids.
 
-    `tokenizer` is the served `tokenizers.Tokenizer` (the V4.1 one when None); `stops` are the
-    request's stop strings; `encode_text` turns plain text back into ids without the added
-    vocabulary (only used to re-encode the few characters before a matched stop string).
+    `tokenizer` is the served `tokenizers.Tokenizer`; `stops` are the request's stop strings;
+    `encode_text` turns plain text back into ids without the added vocabulary (only used to
+    re-encode the few characters before a matched stop string; by default the tokenizer's own
+    text runs, ENCODING.md §1.3).
     """
 
     def __init__(
         self,
         options: ParsingOptions,
         *,
-        tokenizer=None,
+        tokenizer,
         separate_reasoning: bool = True,
         stream_reasoning: bool = True,
         stops: Sequence[str] = (),
         encode_text: Callable[[str], list[int]] | None = None,
     ) -> None:
-        if tokenizer is None:
-            from sglang_ds41.assets import v41_tokenizer
-
-            tokenizer = v41_tokenizer()
-        if encode_text is None:
-            from sglang_ds41.encoding.prompt_ids import encode_text
         self._tokenizer = tokenizer
-        self._encode_text = encode_text
+        self._encode_text = encode_text or functools.partial(_encode_text_runs, tokenizer)
         # Ids come from the server's own id scheme; the parser's are not used.
         self._parser = StreamParser(options, tokenizer=tokenizer, tool_call_id=lambda index: "")
         self._reasoning_as_content = not separate_reasoning
@@ -228,12 +224,9 @@ class ServedOutput:
             step.reasoning += "".join(self._held_reasoning)
             self._held_reasoning.clear()
         extra = () if block_closed else (why,)
-        served = [
-            ServedCall(i, call.name, call.arguments, tuple(dict.fromkeys((*call.problems, *extra))))
-            for i, call in enumerate(calls)
-        ]
+        served = [ServedCall.of(call, i, extra) for i, call in enumerate(calls)]
         if cut_name is not None:
             cut = CUT_IN_NAME + (" at max_tokens" if truncated else "")
-            served.append(ServedCall(len(served), cut_name, "", (cut, *extra)))
+            served.append(ServedCall("", cut_name, "", (cut, *extra), position=len(served)))
         step.calls += [c for c in served if c.valid]
         step.invalid_calls += [c for c in served if not c.valid]

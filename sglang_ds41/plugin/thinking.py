@@ -27,7 +27,8 @@ The decision, first match wins:
 
 Our `reasoning_budget` extension (integer 1-100, as `sglang-ds41 render`): the number on the
 prompt's `Reasoning Effort:` line, through SGLang's integer-effort splice; it needs thinking
-on (else a 400) and overrides `reasoning_effort`.
+on (else a 400) and overrides `reasoning_effort`. The field rules and their error texts are the
+client's (`encoding/reasoning.py`).
 
 Hooks (AROUND, V4.1 servers only: `dsv41` spec with the `deepseek-v41` reasoning parser):
 `OpenAIServingChat.handle_request` (reads `reasoning_budget` from the request body, answers a
@@ -42,24 +43,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_ds41.encoding import reasoning
+from sglang_ds41.encoding.errors import EncodingError
+
 CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 SPEC = "dsv41"
 REASONING_PARSER = "deepseek-v41"
-BUDGET_FIELD = "reasoning_budget"
-_ON = {"enabled": True, "adaptive": True, "disabled": False}
-
-
-def thinking_from_field(value: Any) -> bool | None:
-    """DeepSeek's `thinking` request field -> on/off; None when absent."""
-    if value is None:
-        return None
-    kind = value.get("type") if isinstance(value, Mapping) else None
-    if kind not in _ON:
-        raise ValueError(
-            f"thinking must be {{\"type\": \"enabled\"}}, {{\"type\": \"disabled\"}} or "
-            f"{{\"type\": \"adaptive\"}}, got {json.dumps(value, default=str)}"
-        )
-    return _ON[kind]
 
 
 def decide(
@@ -67,25 +56,25 @@ def decide(
     chat_template_kwargs: Mapping[str, Any] | None,
     server_kwargs: Mapping[str, Any] | None,
     server_default: bool,
-) -> bool:
-    """The request's thinking mode (see the module docstring for the order)."""
-    explicit = thinking_from_field(thinking_field)
+) -> tuple[bool, str]:
+    """The request's thinking mode (see the module docstring for the order) and what decided it."""
+    explicit = reasoning.thinking_from_field(thinking_field)
     if explicit is not None:
-        return explicit
-    for kwargs in (chat_template_kwargs, server_kwargs):
+        return explicit, "thinking.type is disabled"
+    for kwargs, where in ((chat_template_kwargs, "chat_template_kwargs"), (server_kwargs, "server")):
         if kwargs and kwargs.get("thinking") is not None:
-            return bool(kwargs["thinking"])
-    return bool(server_default)
+            on = bool(kwargs["thinking"])
+            if where == "server":
+                return on, "the server's --default-chat-template-kwargs say thinking false"
+            return on, "chat_template_kwargs.thinking is false, or reasoning_effort is none"
+    return bool(server_default), "the server's default is off"
 
 
 def budget_from_body(body: Any) -> int | None:
     """`reasoning_budget` of a request body (a dict), validated; None when absent."""
-    if not isinstance(body, Mapping) or body.get(BUDGET_FIELD) is None:
+    if not isinstance(body, Mapping):
         return None
-    budget = body[BUDGET_FIELD]
-    if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= 100:
-        raise ValueError(f"{BUDGET_FIELD} must be an integer from 1 to 100, got {budget!r}")
-    return budget
+    return reasoning.reasoning_budget(body.get(reasoning.REASONING_BUDGET))
 
 
 def serves_v41(serving: Any) -> bool:
@@ -99,7 +88,7 @@ def settle(serving: Any, request: Any, budget: int | None = None) -> bool:
     """Decide the request's thinking mode and write it where SGLang reads it."""
     from sglang.srt.environ import envs
 
-    on = decide(
+    on, off_because = decide(
         request.thinking,
         request.chat_template_kwargs,
         serving.default_chat_template_kwargs,
@@ -107,8 +96,7 @@ def settle(serving: Any, request: Any, budget: int | None = None) -> bool:
     )
     kwargs = {**(request.chat_template_kwargs or {}), "thinking": on}
     if budget is not None:
-        if not on:
-            raise ValueError(f"{BUDGET_FIELD} needs thinking mode, but this request has thinking off")
+        reasoning.check_budget_has_thinking(budget, on, off_because)
         # SGLang moves chat_template_kwargs["reasoning_effort"] to the request's effort, whose
         # integer form is spliced into the prompt's effort line (deepseek_recipe_renderer).
         kwargs["reasoning_effort"] = budget
@@ -120,7 +108,7 @@ async def _body(raw_request: Any) -> Any:
     if raw_request is None:
         return None
     raw = await raw_request.body()  # Starlette keeps the body FastAPI already read
-    if BUDGET_FIELD.encode() not in raw:
+    if reasoning.REASONING_BUDGET.encode() not in raw:
         return None
     return json.loads(raw)
 
@@ -133,7 +121,7 @@ def handle_request(original, self, request, raw_request=None, *args, **kwargs):
     async def handle():
         try:
             settle(self, request, budget_from_body(await _body(raw_request)))
-        except ValueError as error:
+        except EncodingError as error:
             return self.create_error_response(str(error))
         return await original(self, request, raw_request, *args, **kwargs)
 

@@ -45,7 +45,7 @@ def test_out_of_range_or_non_integer_budget_is_rejected(budget: object) -> None:
 
 
 def test_budget_with_thinking_disabled_is_rejected() -> None:
-    with pytest.raises(EncodingError, match="thinking is disabled"):
+    with pytest.raises(EncodingError, match=r"thinking is off \(thinking.type is disabled\)"):
         render_request(body(reasoning_budget=50, thinking={"type": "disabled"}))
 
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.special_tokens import Special
 
+from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.backend import scripted
 from sglang_ds41.plugin.served_output import BLOCK_NOT_CLOSED, ServedOutput, Step
 from tests.encoding.parse_oracle import model_ids, model_outputs
@@ -24,6 +25,11 @@ from tests.encoding.parse_oracle import model_ids, model_outputs
 SCRIPTS = {s.name: s for s in scripted.ADVERSARIAL_SCRIPTS}
 TOOLS = ParsingOptions(thinking=False, parse_tool_calls=True)
 THINKING_TOOLS = ParsingOptions(thinking=True, parse_tool_calls=True)
+
+
+def served_output(options: ParsingOptions, **kw) -> ServedOutput:
+    """The served parse with the V4.1 tokenizer, as the server builds it."""
+    return ServedOutput(options, tokenizer=v41_tokenizer(), **kw)
 
 
 def same(a, b) -> bool:
@@ -60,7 +66,7 @@ def ids_of(name: str, reasoning: str | None = None) -> list[int]:
 
 def run(ids: list[int], options: ParsingOptions, chunks: list[int] | None = None, finish="stop", **kw):
     """Feed `ids` in pieces of the given sizes (all at once when None), then finish."""
-    output = ServedOutput(options, **kw)
+    output = served_output(options, **kw)
     total = Step()
     at = 0
     for size in chunks or []:
@@ -108,7 +114,7 @@ def test_streaming_in_any_chunking_equals_one_shot(name):
 
 def test_calls_are_released_when_their_block_closes():
     ids = ids_of("args-values")
-    output = ServedOutput(TOOLS)
+    output = served_output(TOOLS)
     step = output.feed(ids[:-1])
     assert not step.calls  # the block's closing tag is the last id
     step = output.feed(ids[-1:])
@@ -180,9 +186,9 @@ def _ids_with_dsml(text: str) -> list[int]:
 def test_the_matched_stop_id_is_not_parsed():
     ids = [*scripted.script_ids("Hello"), Special.EOS.id]
     assert run(ids, TOOLS).content == "Hello<｜end▁of▁sentence｜>"  # an EOS the engine did not match
-    output = ServedOutput(TOOLS)
+    output = served_output(TOOLS)
     assert output.finish(ids, "stop", Special.EOS.id).content == "Hello"
-    output = ServedOutput(TOOLS)
+    output = served_output(TOOLS)
     assert output.finish(ids, "stop", Special.EOS.id, keep_matched_stop=True).content.endswith("sentence｜>")
 
 
@@ -190,7 +196,7 @@ def test_the_matched_stop_id_is_not_parsed():
 def test_a_stop_string_is_held_back_and_cut(keep):
     ids = scripted.script_ids("one two END")  # the engine stops on the id completing "END"
     for split in range(len(ids)):
-        output = ServedOutput(ParsingOptions(thinking=False), stops=["END", "x"])
+        output = served_output(ParsingOptions(thinking=False), stops=["END", "x"])
         first = output.feed(ids[:split])
         last = output.finish(ids[split:], "stop", "END", keep_matched_stop=keep)
         assert "END" not in first.content
@@ -201,7 +207,7 @@ def test_reasoning_as_content_and_held_reasoning():
     ids = [*scripted.script_ids("why"), Special.THINK_END.id, *scripted.script_ids("answer")]
     merged = run(ids, THINKING_TOOLS, separate_reasoning=False)
     assert (merged.reasoning, merged.content) == ("", "whyanswer")
-    output = ServedOutput(THINKING_TOOLS, stream_reasoning=False)
+    output = served_output(THINKING_TOOLS, stream_reasoning=False)
     early = output.feed(ids[:2])
     assert early.reasoning == ""
     rest = output.finish(ids[2:], "stop")
@@ -209,7 +215,7 @@ def test_reasoning_as_content_and_held_reasoning():
 
 
 def test_a_finish_sent_again_changes_nothing():
-    output = ServedOutput(TOOLS)
+    output = served_output(TOOLS)
     assert output.finish(scripted.script_ids("hi"), "stop").content == "hi"
     assert output.finish([5, 6], "stop") == Step()
     assert output.num_consumed_tokens == len(scripted.script_ids("hi")) + 2

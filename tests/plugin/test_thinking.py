@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sglang_ds41.encoding import EncodingError, render_request
 
 from sglang_ds41.plugin import thinking
 
@@ -25,13 +26,17 @@ from sglang_ds41.plugin import thinking
     ],
 )
 def test_decide(field, kwargs, server, default, expected):
-    assert thinking.decide(field, kwargs, server, default) is expected
+    assert thinking.decide(field, kwargs, server, default)[0] is expected
 
 
 @pytest.mark.parametrize("field", [{"type": "on"}, {"budget_tokens": 5}, True, "enabled", []])
-def test_a_bad_thinking_field_is_refused(field):
-    with pytest.raises(ValueError, match="thinking must be"):
+def test_a_bad_thinking_field_is_refused_as_the_renderer_refuses_it(field):
+    with pytest.raises(EncodingError) as served:
         thinking.decide(field, None, None, True)
+    with pytest.raises(EncodingError) as rendered:
+        render_request({"model": "DeepSeek-V4.1-Flash", "messages": [{"role": "user", "content": "hi"}],
+                        "thinking": field})
+    assert str(served.value) == str(rendered.value) and "thinking" in str(served.value)
 
 
 def test_reasoning_budget():
@@ -39,7 +44,7 @@ def test_reasoning_budget():
     assert thinking.budget_from_body({"reasoning_budget": None}) is None
     assert thinking.budget_from_body({}) is None
     for bad in (0, 101, 2.5, "30", True):
-        with pytest.raises(ValueError, match="reasoning_budget must be an integer from 1 to 100"):
+        with pytest.raises(EncodingError, match="reasoning_budget must be an integer from 1 to 100"):
             thinking.budget_from_body({"reasoning_budget": bad})
 
 
@@ -58,7 +63,7 @@ def test_settle_writes_the_decision_and_the_budget_where_sglang_reads_them(monke
     assert thinking.settle(_Serving(), request, 30) is True
     assert request.chat_template_kwargs == {"x": 1, "thinking": True, "reasoning_effort": 30}
     off = _Request(thinking={"type": "disabled"})
-    with pytest.raises(ValueError, match="needs thinking mode"):
+    with pytest.raises(EncodingError, match=r"thinking is off \(thinking.type is disabled\)"):
         thinking.settle(_Serving(), off, 30)
     assert thinking.settle(_Serving(), off) is False and off.chat_template_kwargs == {"thinking": False}
 
