@@ -69,9 +69,11 @@ class Tool:
     (otherwise an interrupted call gets an explicit "interrupted" result and is never re-run).
     `effect` (read / write / network / messages / payments), `trusted_output`, `destinations`
     (the parameters that say where data, money or access goes: recipients, accounts, URLs),
-    `content` (the parameters that are prose: a message body, a file's text) and `private_output`
-    (the output is the user's secrets: identity documents, card numbers) feed the
-    untrusted-content policy (trust.py): declaring an effect on any tool turns it on.
+    `content` (the parameters that are prose: a message body, a file's text), `private_output`
+    (the output is the user's secrets: identity documents, card numbers) and `actions` (the
+    words a user asks for this tool's effect with: "delete", "remove"; None: the words of the
+    tool's name) feed the untrusted-content policy (trust.py): declaring an effect on any
+    tool turns it on.
     """
 
     name: str
@@ -89,6 +91,7 @@ class Tool:
     destinations: tuple[str, ...] = ()
     content: tuple[str, ...] = ()
     private_output: bool = False
+    actions: tuple[str, ...] | None = None
     loose_parameters: dict[str, Any] = field(default_factory=dict, repr=False)
     model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     context_param: str | None = None
@@ -109,6 +112,13 @@ class Tool:
                     f"tool {self.name!r}: {role} must be a tuple of parameter names, got {names!r}"
                 )
             object.__setattr__(self, role, tuple(names))
+        if self.actions is not None:
+            words = self.actions
+            if isinstance(words, str) or not all(isinstance(a, str) and a.strip() for a in words):
+                raise AgentConfigError(
+                    f"tool {self.name!r}: actions must be a tuple of words, got {self.actions!r}"
+                )
+            object.__setattr__(self, "actions", tuple(self.actions))
         if self.isolation not in (None, "process", "thread"):
             raise AgentConfigError(
                 f"tool {self.name!r}: isolation must be 'process', 'thread' or None, got {self.isolation!r}"
@@ -219,6 +229,7 @@ def function_tool(
     destinations: Sequence[str] = (),
     content: Sequence[str] = (),
     private_output: bool = False,
+    actions: Sequence[str] | None = None,
 ) -> Any:
     """Make a `Tool` from a function; usable as `@function_tool` or `@function_tool(...)`."""
 
@@ -244,6 +255,7 @@ def function_tool(
             destinations=destinations,  # type: ignore[arg-type]  (Tool checks and converts)
             content=content,  # type: ignore[arg-type]
             private_output=private_output,
+            actions=actions,  # type: ignore[arg-type]
             loose_parameters=loose,
             model=model,
             context_param=context_param,

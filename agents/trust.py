@@ -22,6 +22,9 @@ What tools declare (`Tool.effect`, `trusted_output`, `destinations`, `content`, 
   Every other parameter is a *name*: an id, a title, a place, an amount.
 * `private_output`: the output is the user's secrets (identity documents, card numbers).
 
+* `actions`: the words a user asks for the tool's effect with ("delete", "remove"); default:
+  the first word of the tool's name (its verb by convention) and, for egress, its kind's verbs.
+
 The rule, for every `write` or egress call while untrusted output is in the transcript (before
 that nothing is checked). Each argument value (every string and number, list items one by one)
 is compared as a run of whole words with the text it could have come from (decimal numbers by
@@ -50,6 +53,29 @@ by object (records), any other output is one field.
    accept, must be one trusted text names (or one rule 1 accepts); text is read as a resolver
    would (NFKC, ideographic dots as ".", zero-width characters dropped). Content may otherwise
    quote untrusted text.
+
+6. *The action is the user's* (class 2: injected intent with legitimate values): the call's
+   kind must be one the user's own messages ask for, one of the tool's `actions` words
+   (inflected: "deleting", "deleted"), else it is held ("unrequested") however trusted its
+   values are ("delete file 13" when the listing shows 13). This is CaMeL's point (control
+   flow comes from the trusted query, never from data) and Progent's (privileges are scoped
+   to the task), as a lexical check a runner over any OpenAI-compatible model can make: no
+   second model, no plan. A user who hands the choice of action to a document ("follow the
+   instructions in ...", "do the actions in the mail from ...", "the tasks on my TODO list")
+   is asked by the words of that document: an output of a call whose arguments the user named,
+   or a record a value the user wrote picks out. A fetch (a network tool without content)
+   carries only its URL, which rule 1 decides, so it is not bound.
+7. *Values are compared in canonical form too* (class 1: disguised values): rule 3 and
+   trusted text also match a value after NFKC and case folding, number words as digits ("one
+   three", "thirteen": 13), punctuation and the words that spell it ("(at)", "[.]", "dot")
+   dropped, words joined or split ("Intro+with+Mark"), at word edges. A title of several words
+   with a word that no text of the run holds in any spelling was dictated out of sight and is
+   held ("unsourced"); dates, times, numbers and single words are left out (the model computes
+   or writes them itself).
+
+Outputs are read by structure whatever their serialisation: JSON, or YAML (a mapping of two keys
+or more, or a list; read as plain text, aliases refused), as AgentDojo's and many CLIs' tools
+write it; any other text is one field.
 
 Values are every string and number of the arguments, and the keys of objects inside them (a
 grantee named by a key of `permissions`). A value of fewer than three characters (an id such as
@@ -86,6 +112,14 @@ What it cannot tell apart, and lets through:
   a tool `trusted_output=False`. Numbers are compared by value only in plain decimal form
   ("$12,000" is not 12000), so an id or amount reformatted escapes rule 3 (not rule 1).
 
+* Rule 6 is lexical: a user who asks for an action of a kind ("delete the largest file") lets
+  an injection ask for another of the same kind on an object reached by indirection (a field,
+  rule 4); a delegating user lets the document they named (and whoever wrote into it) choose
+  the action; a user whose words happen to include a tool's verb grants that tool. Rule 7
+  knows English number words and the common address disguises, not arithmetic ("six plus
+  seven") or a reference the model resolves ("the file the budget is in"): those values are
+  fields or trusted, and rule 6 is what holds the call.
+
 On by default for an agent whose tools declare an effect; `Policies(untrusted=UntrustedContent())`
 turns it on for any agent, `Policies(untrusted=None)` turns it off.
 """
@@ -96,9 +130,11 @@ import json
 import re
 import unicodedata
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -209,6 +245,82 @@ class Output:
     tool: str
     fields: tuple[str, ...]
     records: tuple[Record, ...] = ()
+    runner: bool = False  # the runner's answer (a denial, an error): not searched for disguises
+
+    @cached_property
+    def canonical(self) -> tuple[Canonical, ...]:
+        """Its fields in canonical form (`Canonical`), computed once."""
+        return tuple(Canonical.of(field) for field in self.fields)
+
+
+_DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+_TEENS = ["ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen"]
+_TEENS += ["eighteen", "nineteen"]
+_NUMBERS = {word: str(n) for n, word in enumerate(_DIGITS + _TEENS)}
+_TENS = {w: n for n, w in enumerate(["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty"], 2)}
+_TENS["ninety"] = 9
+# Words that spell punctuation out: "name (at) site (dot) com", "one point five". Dropped, as
+# punctuation is: canonical forms are letters and digits alone.
+_SPELLED = frozenset({"at", "dot", "point"})
+_ALNUM = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """Text as the value it spells, whatever its disguise: NFKC and case folded, number words as
+    digits ("one three" and "thirteen" read 13, "twenty-one" 21; "point" is dropped, so "one
+    point five" reads 15, as "1.5" does), punctuation and the words that
+    spell it ("at", "dot", "point") dropped, and the rest run together, so "Intro+with+Mark",
+    "intro with mark" and "IntroWithMark", or "mark (at) x (dot) com" and "mark@x.com", are
+    one form. `starts`: where each word begins in `compact` (a match must start and end at a
+    word's edge, so "13" is not found in "2013")."""
+
+    compact: str
+    starts: tuple[int, ...]
+    tokens: tuple[str, ...]
+
+    @classmethod
+    def of(cls, text: str) -> Canonical:
+        tokens: list[str] = []
+        tens = False  # the last token was a tens word ("twenty"), which a unit may complete
+        spelled = False  # the last token was a digit word, which a digit word continues
+        for token in _ALNUM.findall(_normal(text).casefold()):
+            if tens and token in _DIGITS[1:]:
+                tokens[-1] = str(int(tokens[-1]) + int(_NUMBERS[token]))  # "twenty one": 21
+                tens = False
+                continue
+            spelled_digit = token in _DIGITS and spelled
+            spelled = token in _DIGITS
+            tens = token in _TENS
+            if tens:
+                tokens.append(str(10 * _TENS[token]))
+            elif spelled_digit:
+                tokens[-1] += _NUMBERS[token]  # digits spelled one by one: "one three" is 13
+            elif token in _NUMBERS:
+                tokens.append(_NUMBERS[token])
+            elif token not in _SPELLED:
+                tokens.append(token)
+        starts, at = [], 0
+        for token in tokens:
+            starts.append(at)
+            at += len(token)
+        return cls("".join(tokens), tuple(starts), tuple(tokens))
+
+    def finds(self, value: Canonical, names: set[str] | None = None) -> bool:
+        """Whether `value` occurs here from a word's start to a word's end, not as all of it;
+        with `names`, only right after one of these words ("id one three")."""
+        needle = value.compact
+        if not needle or needle == self.compact:
+            return False
+        edges = {*self.starts, len(self.compact)}
+        at = self.compact.find(needle)
+        while at >= 0:
+            if at in edges and at + len(needle) in edges:
+                index = self.starts.index(at)
+                if names is None or names & set(self.tokens[max(index - 2, 0) : index]):
+                    return True
+            at = self.compact.find(needle, at + 1)
+        return False
 
 
 @dataclass(frozen=True)
@@ -219,11 +331,62 @@ class Sources:
     untrusted: tuple[Output, ...]
     said: str = ""  # the system and user messages alone, likewise
     private: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tool, the values of its output)
+    asked: str = ""  # the user's messages alone, likewise: what the user asked for
+    # the stems of the words of outputs of calls whose every argument the user's messages name,
+    # when those messages hand the choice of action to a document ("follow the instructions in
+    # the file 'notices.txt'", "do the tasks on my list at www.todo.example")
+    delegated: frozenset[str] = frozenset()
 
     @cached_property
     def said_compact(self) -> str:
         """The system and user messages as letters and digits alone (`_compact`), once."""
         return _compact(self.said)
+
+    @cached_property
+    def trusted_canonical(self) -> tuple[Canonical, ...]:
+        """Each trusted text in canonical form (`Canonical`), once."""
+        return tuple(Canonical.of(line) for line in self.trusted.split(" \n") if line.strip())
+
+    @cached_property
+    def asked_stems(self) -> frozenset[str]:
+        """The stems (`_stem`) of the words of the user's messages, once."""
+        return frozenset(_stem(word) for word in _ALNUM.findall(self.asked))
+
+    @cached_property
+    def words_seen(self) -> frozenset[str]:
+        """Every canonical word of the run's texts, trusted or not, once."""
+        texts = [*self.trusted_canonical, *(c for o in self.untrusted for c in o.canonical)]
+        return frozenset(token for text in texts for token in text.tokens)
+
+    def made_up(self, needle: str) -> bool:
+        """Whether a name of several words (a title) has a word that no text of the run holds in
+        any spelling: the model did not read it anywhere, so it was dictated in a form no
+        comparison recognises. Dates, times and numbers are left out (the model computes them),
+        and so is a single word (the model's own "Trip", "ok")."""
+        if _NUMERIC.fullmatch(needle):
+            return False
+        tokens = [token for token in Canonical.of(needle).tokens if not token.isdigit()]
+        return len(tokens) >= 2 and any(len(t) >= DISTINCT and t not in self.words_seen for t in tokens)
+
+    def requested(self, tool: Tool) -> bool:
+        """Whether the user's messages ask for this tool's kind of action (one of its words), or
+        hand the choice to a document they name (`delegated`) that asks for it."""
+        stems = {_stem(word) for word in actions_of(tool)}
+        return bool(stems & self.asked_stems) or bool(stems & self.delegated_stems)
+
+    @cached_property
+    def delegated_stems(self) -> frozenset[str]:
+        """When the user hands the choice of action to a document (`_delegates`): the stems of
+        the words of that document, an output of a call whose arguments the user named
+        (`delegated`) or a record of an output that a value the user wrote picks out."""
+        if not _delegates(self.asked):
+            return frozenset()
+        stems = set(self.delegated)
+        for output in self.untrusted:
+            for record in output.records:
+                if any(_names_a_record(v) and f" {v} " in self.asked for v in record.own):
+                    stems |= {_stem(word) for value in record.own for word in _ALNUM.findall(value)}
+        return frozenset(stems)
 
     @classmethod
     def of(
@@ -240,10 +403,13 @@ class Sources:
         never reached their tool; None: every call may have."""
         # A result belongs to the latest call before it with its id (ids can repeat across turns).
         calls: dict[str, tuple[str, set[str]]] = {}  # id -> (tool name, the call's echoes)
+        values_of: dict[str, list[str]] = {}  # id -> the call's argument values, as words
+        named_outputs: list[tuple[str, list[str]]] = []  # (output, its call's argument values)
         ran = _calls_that_ran(messages, unreached)
         sent: set[str] = set()  # every value the model has passed to a write or egress tool
         trusted: list[str] = []
         said: list[str] = []
+        asked: list[str] = []
         untrusted: list[Output] = []
         private: list[tuple[str, tuple[str, ...]]] = []
         for position, message in enumerate(messages):
@@ -253,12 +419,16 @@ class Sources:
                     function = call.get("function") or {}
                     name, echoes = function.get("name"), _echoes(_arguments(function.get("arguments")))
                     calls[call.get("id", "")] = (name, echoes)
+                    arguments = _arguments(function.get("arguments"))
+                    values_of[call.get("id", "")] = [words(v) for _, v in _values(arguments, keys=False)]
                     tool = tools.get(name)
                     if tool is not None and guarded(tool) and (position, call.get("id", "")) in ran:
                         sent |= echoes
             if role in ("system", "developer", "user") and position not in runner_turns:
                 trusted.append(_said_words(text))
                 said.append(trusted[-1])
+                if role == "user":
+                    asked.append(trusted[-1])
             elif role == "tool":
                 known = calls.get(message.get("tool_call_id", ""))
                 if known is None:  # a result for no call we know of: nobody vouches for it
@@ -271,22 +441,43 @@ class Sources:
                 if tool.private_output and position not in runner_turns:
                     private.append((name, _secrets(text)))
                 if not output_trusted(tool):
-                    untrusted.append(parse_output(name, text))
+                    output = parse_output(name, text)
+                    if position in runner_turns:  # a denial or an error, quoting the model's call
+                        output = replace(output, runner=True)
+                    untrusted.append(output)
+                    if position not in runner_turns and not binds_action(tool):  # a read, a fetch
+                        named_outputs.append((text, values_of.get(message.get("tool_call_id", ""), [])))
                 elif position not in runner_turns:
                     # What the model passed to this call, or to any write that ran before (a
                     # call of the same turn included), a trusted output may only echo: a store
                     # (contacts, notes) returns what it was given, in whole or in part.
                     trusted.append(_without(_trusted_words(text), sent | echoes))
+        asked_text = "".join(f" {text} \n" for text in asked)
+        delegated: set[str] = set()  # see `delegated_stems`
+        if _delegates(asked_text):
+            for text, arguments in named_outputs:
+                if arguments and all(len(a) >= DISTINCT and f" {a} " in asked_text for a in arguments):
+                    delegated |= {_stem(word) for word in _ALNUM.findall(words(text))}
         return cls(
             "".join(f" {text} \n" for text in trusted),
             tuple(untrusted),
             "".join(f" {text} \n" for text in said),
             tuple(private),
+            asked_text,
+            frozenset(delegated),
         )
 
     def vouched(self, needle: str) -> bool:
         """Whether trusted text holds this run of words (never for a value too short to tell)."""
         return len(needle) >= DISTINCT and f" {needle} " in self.trusted
+
+    def vouched_canonically(self, needle: str) -> bool:
+        """Whether trusted text holds these words in canonical form ("Intro+with+Mark" for the
+        user's "intro with mark"); never for a value too short to tell."""
+        value = Canonical.of(needle)
+        return len(value.compact) >= DISTINCT and any(
+            text.compact == value.compact or text.finds(value) for text in self.trusted_canonical
+        )
 
     def quoted_by(self, needle: str, param: str = "") -> str | None:
         """The untrusted tool whose output has these words inside a longer field, if any.
@@ -305,6 +496,15 @@ class Sources:
                     if names is None or names & set(padded[:at].split()[-2:]):
                         return output.tool
                     at += 1
+        # The same in canonical form: a value disguised in the text ("ID one three",
+        # "Intro+with+Mark", "mark (at) x (dot) com") that the model writes back in normal form.
+        if _DECIMAL.fullmatch(needle):
+            return None  # an amount: its digits run together would be another number
+        value = Canonical.of(needle)
+        names = _name_words(param) if len(value.compact) < DISTINCT else None
+        for output in self.untrusted:
+            if not output.runner and any(field.finds(value, names) for field in output.canonical):
+                return output.tool
         return None
 
     def is_field(self, needle: str) -> bool:
@@ -346,6 +546,55 @@ class Sources:
 DISTINCT = 3  # values with fewer characters (an id such as 13) occur anywhere: no source vouches
 
 
+# A user who hands the choice of action to a document: a verb of doing and a noun of things to
+# do ("follow the instructions", "do the actions specified in the email", "do the tasks on my
+# TODO list"); not a list of tasks the prompt itself gives ("perform the following tasks").
+_DELEGATE_VERBS = frozenset({"follow", "do", "perform", "complet", "carry", "execut"})
+_DELEGATE_NOUNS = frozenset({"instruction", "action", "todo"})
+
+
+def _delegates(asked: str) -> bool:
+    stems = {_stem(word) for word in _ALNUM.findall(asked)}
+    return bool(stems & _DELEGATE_VERBS) and bool(stems & _DELEGATE_NOUNS)
+
+
+def binds_action(tool: Tool) -> bool:
+    """Whether a call must be of a kind the user asked for: every guarded tool but a fetch (a
+    network tool with no content to send), which carries only its URL, and rule 1 decides that."""
+    return guarded(tool) and not (tool.effect == "network" and not tool.content)
+
+
+# The verbs a user asks for egress of each kind with, whatever the tool is called.
+_KIND_WORDS: dict[str, tuple[str, ...]] = {
+    "messages": ("send", "tell", "say", "reply", "answer", "forward", "mail", "email", "message", "write"),
+    "payments": ("pay", "paid", "send", "transfer", "refund"),
+    "network": ("post", "upload", "publish", "submit"),
+}
+
+
+def actions_of(tool: Tool) -> tuple[str, ...]:
+    """The words a user asks for this tool's effect with: its declared `actions`, else the
+    first word of its name, its verb by convention (delete_file: "delete"; sendEmail: "send"),
+    and, for egress, the verbs of its kind (a `messages` tool: "tell", "reply", "forward",
+    ...). Not the name's nouns: "list my files" asks for no delete_file."""
+    if tool.actions is not None:
+        return tool.actions
+    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", tool.name)
+    named = [w for w in re.split(r"[\W\d_]+", spaced.casefold()) if w][:1]
+    kind = _KIND_WORDS.get(tool.effect or "", ())
+    return tuple(dict.fromkeys([*named, *kind])) or (tool.name.casefold(),)
+
+
+def _stem(word: str) -> str:
+    """A word without its inflection, roughly ("deleting", "deleted", "deletes", "delete":
+    "delet"), so that the user's form of a verb matches the tool's."""
+    word = word.casefold()
+    for suffix in ("ing", "ed", "es", "s", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
 def _name_words(param: str) -> set[str]:
     """The words of a parameter's name (file_id, fileId: file, id) and the words for an id."""
     spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", param)
@@ -366,12 +615,47 @@ def _is_link(text: str) -> bool:
     return _LINK.search(text) is not None
 
 
-def parse_output(tool: str, text: str) -> Output:
-    """An untrusted output's fields: a JSON value's keys, strings and numbers, each one field;
-    any other text is a single field. Its JSON objects are its records."""
+class _PlainYAML(yaml.BaseLoader):
+    """YAML as text: every scalar a string as written (no dates or numbers read into objects),
+    and no aliases (an alias repeats a node without copying it: a few lines could stand for
+    millions of fields)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("aliases are not read")
+        return super().compose_node(parent, index)
+
+
+_NOT_PARSED = object()
+
+
+@lru_cache(maxsize=512)
+def structure(text: str) -> Any:
+    """A tool output's structure, whichever way it was serialised: a JSON value, or YAML that
+    is a mapping of two keys or more or a list (AgentDojo's tools, many CLIs); `_NOT_PARSED`
+    for prose (a one-line "Note: ..." is prose, not a mapping). Cached: a run reviews the same
+    outputs on every call."""
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except ValueError:
+        pass
+    if "\n" not in text.strip():
+        return _NOT_PARSED
+    try:
+        value = yaml.load(text, Loader=_PlainYAML)
+    except (yaml.YAMLError, RecursionError):
+        return _NOT_PARSED
+    if isinstance(value, list) or (isinstance(value, dict) and len(value) >= 2):
+        return value
+    return _NOT_PARSED
+
+
+def parse_output(tool: str, text: str) -> Output:
+    """An untrusted output's fields: a structured value's (`structure`: JSON, YAML) keys,
+    strings and numbers, each one field; any other text is a single field. Its objects are its
+    records."""
+    value = structure(text)
+    if value is _NOT_PARSED:
         return Output(tool, (words(text),))
     fields = tuple(words(item) for item in _keys_and_values(value))
     records = tuple(
@@ -422,12 +706,9 @@ def _calls_that_ran(
 
 
 def _trusted_words(text: str) -> str:
-    """A trusted output as words: a JSON output's keys and values one per line (decoded, so an
-    escaped quote is the quote it stands for), any other text as a whole."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return words(text)
+    """A trusted output as words: a structured output's (`structure`) keys and values one per
+    line (decoded, so an escaped quote is the quote it stands for), any other text as a whole."""
+    value = structure(text)
     if not isinstance(value, dict | list):
         return words(text)
     return " \n ".join(words(item) for item in _keys_and_values(value))
@@ -449,17 +730,18 @@ def _keys_and_values(value: Any) -> Iterator[str]:
 # ("4111 1111 1111 1111"), or a word of six or more characters with four digits or more
 # ("XK-4471902"); dates and times are left out.
 _DIGIT_RUN = re.compile(r"\d(?:[ \-]?\d){7,}")
+_NUMERIC = re.compile(r"[-+$€£]?[\d.,: /%-]+")  # an amount, a date, a time
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?|\b\d{1,2}:\d{2}(?::\d{2})?\b")
 
 
 def _secrets(text: str) -> tuple[str, ...]:
-    """A private output's values as words: a JSON output's strings and numbers, any other text
-    (prose, or JSON cut short) its id-like words and digit runs; each also in compact form
-    (`_compact`), so a reformatted secret is still found."""
-    try:
-        value = json.loads(text)
+    """A private output's values as words: a structured output's (`structure`) strings and
+    numbers, any other text (prose, or JSON cut short) its id-like words and digit runs; each
+    also in compact form (`_compact`), so a reformatted secret is still found."""
+    value = structure(text)
+    if value is not _NOT_PARSED:
         values = [scalar for _, scalar in _values(value, keys=False)]
-    except ValueError:
+    else:
         text = _DATE_TIME.sub(" ", text)  # a date or a time is no secret
         values = [w for w in words(text).split() if _id_like(_compact(w))]
         values += _DIGIT_RUN.findall(text)
@@ -485,7 +767,16 @@ def _scalar(item: Any) -> str | None:
     return None
 
 
-Rule = Literal["needs approval", "untrusted", "destination", "private", "quoted name", "address"]
+Rule = Literal[
+    "needs approval",
+    "untrusted",
+    "unrequested",
+    "destination",
+    "private",
+    "quoted name",
+    "unsourced",
+    "address",
+]
 
 
 @dataclass(frozen=True)
@@ -508,6 +799,7 @@ class UntrustedContent:
     """The policy's settings; see the module docstring for the rule."""
 
     provenance: bool = True  # False: every guarded call needs approval once content is untrusted
+    bind_actions: bool = True  # False: a call need not be of a kind the user's messages ask for
 
     def review(self, tool: Tool, arguments: dict[str, Any], sources: Sources) -> Hold | None:
         """None when the call may run; else why it needs approval (the first value held back)."""
@@ -557,7 +849,7 @@ class UntrustedContent:
                     param,
                 )
                 continue
-            if sources.vouched(needle):
+            if sources.vouched(needle) or sources.vouched_canonically(needle):
                 continue
             if param not in tool.content:
                 origin, selected = sources.quoted_by(needle, param), sources.selected_by(needle)
@@ -571,6 +863,14 @@ class UntrustedContent:
                     continue
                 if selected is not None or sources.is_field(needle):
                     continue
+                if sources.made_up(needle):
+                    yield Hold(
+                        "unsourced",
+                        f"{tool.name} is {kind} and its argument {param}={value!r} has words that no "
+                        "text of the run holds, in any spelling, so it was dictated out of sight",
+                        param,
+                    )
+                    continue
             for address in addresses(value):
                 needle = words(address)
                 if not (sources.vouched(needle) or sources.selected_by(needle)):
@@ -580,6 +880,13 @@ class UntrustedContent:
                         f"{address!r}, which no trusted text names",
                         param,
                     )
+        if self.bind_actions and binds_action(tool) and not sources.requested(tool):
+            named = ", ".join(repr(w) for w in actions_of(tool))
+            yield Hold(
+                "unrequested",
+                f"{tool.name} is {kind} and the user's messages ask for no such action (none of "
+                f"{named}), so the request for it came from tool output",
+            )
 
 
 def _values(

@@ -37,7 +37,7 @@ def mail_agent(outbox: list, **policies) -> Agent:
     return Agent(name="mail", tools=[read_inbox, send_email], thinking=False, policies=Policies(**policies))
 
 
-def run(agent: Agent, serve, calls: list, prompt: str = "Reply yes to alice@example.com.") -> list[dict]:
+def run(agent: Agent, serve, calls: list, prompt: str = "Email alice@example.com: yes.") -> list[dict]:
     script = [Reply(tool_calls=[c]) for c in calls] + [Reply(content="done")]
     server = serve(by_turn(script), validate=False)
     return Runner.run_sync(agent, prompt, base_url=server.base_url).messages
@@ -95,7 +95,7 @@ def test_the_approver_is_told_which_rule_holds_the_call_back_and_its_answer_is_k
     agent = mail_agent(outbox, approval=ApproveWith(decide))
     script = [Reply(tool_calls=[c]) for c in script_calls()]
     server = serve(by_turn([*script, Reply(content="done")]), validate=False)
-    result = Runner.run_sync(agent, "Reply yes to alice@example.com.", base_url=server.base_url)
+    result = Runner.run_sync(agent, "Email alice@example.com a reply: yes.", base_url=server.base_url)
     assert outbox == []
     ((name, rule, parameter, message),) = asked
     assert (name, rule, parameter) == ("send_email", "quoted name", "to")
