@@ -8,6 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_ds41.encoding import reasoning
+from sglang_ds41.encoding.errors import EncodingError
+
 from .errors import AgentConfigError
 from .output import OutputSpec
 from .policies import Policies
@@ -38,6 +41,10 @@ class Agent:
       DeepSeek renderer reads, the second what SGLang's template path reads), plus
       `reasoning_effort` (low/high/max) when thinking is on. `None` leaves the server default
       (high = effort 75).
+    * `thinking_token_budget`: a hard cap on each model turn's reasoning tokens (`</think>`
+      included), sent as the request field of that name; a server that knows it (ours,
+      ENCODING.md §4.4) ends the reasoning there and the answer follows. `None` leaves the
+      server's default.
     * `reminder`: called before every model request; a returned string is added as a
       `latest_reminder` message (per-step facts such as time left or the current date). Reminders
       stay in the transcript, so the prompt prefix (and the server's prefix cache) stays stable.
@@ -54,6 +61,7 @@ class Agent:
     output_type: Any = None
     thinking: bool = True
     reasoning_effort: str | None = None
+    thinking_token_budget: int | None = None
     tool_choice: str | dict[str, Any] = "auto"
     reminder: Callable[[ReminderContext], str | None] | None = None
     model_settings: dict[str, Any] = field(default_factory=dict)
@@ -71,6 +79,10 @@ class Agent:
                 f"agent {self.name!r}: reasoning_effort must be one of {', '.join(EFFORTS)} or None, "
                 f"got {self.reasoning_effort!r}"
             )
+        try:
+            reasoning.thinking_token_budget(self.thinking_token_budget)
+        except EncodingError as error:
+            raise AgentConfigError(f"agent {self.name!r}: {error}") from None
         if self.tool_choice not in ("auto", "none", "required") and not _named_choice(self.tool_choice):
             raise AgentConfigError(
                 f"agent {self.name!r}: tool_choice must be auto, none, required or "

@@ -442,6 +442,8 @@ class _Loop:
         extra_body = dict(settings.pop("extra_body", None) or {})
         extra_body.setdefault("thinking", {"type": "enabled" if agent.thinking else "disabled"})
         extra_body.setdefault("chat_template_kwargs", {"thinking": agent.thinking})
+        if agent.thinking_token_budget is not None:
+            extra_body.setdefault("thinking_token_budget", agent.thinking_token_budget)
         if "max_tokens" not in settings and "max_completion_tokens" not in settings:
             settings["max_tokens"] = DEFAULT_MAX_TOKENS
         elif "max_tokens" in settings and settings["max_tokens"] is None:

@@ -3,7 +3,8 @@ YAML/JSON spec file.
 
 Spec keys: `name`, `instructions`, `model`, `tools` (import paths `pkg.mod:attr` of `Tool`s or
 plain functions), `workspace` (`{root, writable, max_file_bytes}`: the bundled file tools),
-`output_schema` (JSON Schema), `thinking`, `reasoning_effort`, `tool_choice`, `model_settings`,
+`output_schema` (JSON Schema), `thinking`, `reasoning_effort`, `thinking_token_budget`,
+`tool_choice`, `model_settings`,
 `limits` (fields of `Limits`), `approve` (a list of `{name, arguments}` exact calls to grant),
 `max_output_repairs`, `input` (the default user message). Relative paths are relative to the
 spec file, and tool modules are found beside it first (`weather_calculator:get_weather` names
@@ -33,6 +34,7 @@ SPEC_KEYS = {
     "output_schema",
     "thinking",
     "reasoning_effort",
+    "thinking_token_budget",
     "tool_choice",
     "model_settings",
     "limits",
@@ -129,6 +131,7 @@ def _from_file(path: Path) -> tuple[Agent, str | None]:
             "model",
             "thinking",
             "reasoning_effort",
+            "thinking_token_budget",
             "tool_choice",
             "model_settings",
             "max_output_repairs",

@@ -4,11 +4,12 @@ Accepts and rejects exactly what the official renderer (`deepseek-recipe` 0.2.0,
 `DeepSeek-V4.1-Flash`) accepts and rejects, in two passes like it: a type pass (wrong JSON
 types, unknown enum words; `EncodingError.status_code` None) and a semantic pass (400).
 
-One extension of our own, whose rules live in `reasoning.py` (shared with the server):
+Two extensions of our own, whose rules live in `reasoning.py` (shared with the server):
 `"reasoning_budget": N` (an integer 1-100, not a bool) sets the number in the effort line
 directly (the official Python encoder and SGLang accept such budgets; the wheel only renders
 50/75/100). It overrides `reasoning_effort`. It needs thinking mode: with thinking disabled it
-is an error rather than being silently dropped.
+is an error rather than being silently dropped. `"thinking_token_budget": N` is checked here
+(a server enforces it, ENCODING.md §4.4) and leaves the prompt unchanged.
 
 Not reproduced: the V4 model name `DeepSeek-V4-Pro` (its prompt format differs; rejected
 here), struct fields given as JSON arrays (serde accepts `["enabled", null]` for `thinking`),
@@ -268,6 +269,7 @@ def _thinking_and_budget(body: dict[str, Any]) -> tuple[bool, int]:
     explicit = reasoning.thinking_from_field(body.get("thinking"))
     effort = _typed_effort(body.get("reasoning_effort"))
     budget = reasoning.reasoning_budget(body.get(reasoning.REASONING_BUDGET))
+    reasoning.request_token_budget(body)  # the server enforces it; it does not change the prompt
 
     on = explicit if explicit is not None else effort != "none"
     off_because = "thinking.type is disabled" if explicit is not None else "reasoning_effort is none"

@@ -13,8 +13,9 @@ per-KV-slot copy of the token ids), so it survives chunked prefill and radix pre
   results are user turns too, so an agent loop gets the default reply after a tool call),
   else the default script;
 * after `<think>` it writes the script's reasoning, `</think>`, then its content; after
-  `</think>` only the content; then EOS. Anything that leaves the script (a forced prefix it
-  does not match, a prompt without `<｜Assistant｜>`) gets EOS;
+  `</think>` only the content; then EOS. A `</think>` that cuts the reasoning short (a server's
+  thinking token budget forces one) is followed by the content too. Anything else that leaves
+  the script (a forced prefix it does not match, a prompt without `<｜Assistant｜>`) gets EOS;
 * a script with follow-up turns (`then`) drives a whole agent loop: when no trigger is in the
   last user turn but a script's trigger occurs earlier, the n-th assistant turn after the
   trigger's first occurrence writes `then[n - 1]` (past the end: the default script). Scripts
@@ -261,6 +262,17 @@ ADVERSARIAL_SCRIPTS = (
 )
 
 
+# Long reasoning before a text, JSON or call answer (the thinking token budget's tests).
+PONDER_TEXT_TRIGGER = "[script:ponder-text]"
+PONDER_JSON_TRIGGER = "[script:ponder-json]"
+PONDER_TOOL_TRIGGER = "[script:ponder-tool]"
+LONG_REASONING = "".join(f"Step {i}: I weigh one more consideration before answering. " for i in range(1, 9))
+PONDER_SCRIPTS = (
+    Script("ponder-text", PONDER_TEXT_TRIGGER, LONG_REASONING, "After much thought: hello."),
+    Script("ponder-json", PONDER_JSON_TRIGGER, LONG_REASONING, PERSON_JSON_TEXT),
+    Script("ponder-tool", PONDER_TOOL_TRIGGER, LONG_REASONING, WEATHER_CALL_TEXT),
+)
+
 DEFAULT_SCRIPTS = (
     Script("tool", TOOL_TRIGGER, "The user wants the weather; I call get_weather.", WEATHER_CALL_TEXT),
     Script("json", JSON_TRIGGER, "I write the person as JSON.", PERSON_JSON_TEXT),
@@ -307,6 +319,7 @@ DEFAULT_SCRIPTS = (
         then=(("All three failed; I say so.", "I could not look that up."),),
     ),
     *ADVERSARIAL_SCRIPTS,
+    *PONDER_SCRIPTS,
     Script("default", None, "A greeting; I answer briefly.", "Hello! I am the scripted test model."),
 )
 
@@ -469,9 +482,14 @@ def next_scripted_token(seq: Sequence[int], scripts: Sequence[dict]) -> int:
         return eos
     answer = _answer(seq, assistant, scripts)
     planned = [*answer["content_ids"], eos]
-    if header == Special.THINK_START.id:
-        planned = [*answer["reasoning_ids"], Special.THINK_END.id, *planned]
     written = list(seq[assistant + 2 :])
+    if header == Special.THINK_START.id:
+        reasoning = answer["reasoning_ids"]
+        end = written.index(Special.THINK_END.id) if Special.THINK_END.id in written else -1
+        if 0 <= end <= len(reasoning) and written[:end] == reasoning[:end]:
+            written = written[end + 1 :]  # the reasoning ended (early if cut short): the answer
+        else:
+            planned = [*reasoning, Special.THINK_END.id, *planned]
     if len(written) >= len(planned) or planned[: len(written)] != written:
         return eos
     return planned[len(written)]

@@ -29,6 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve the scripted test model, which plays the example agent runs (examples/agents/)",
     )
     parser.add_argument(
+        "--thinking-token-budget",
+        type=_token_budget,
+        metavar="N",
+        help="end every thinking request's reasoning after N tokens (</think> included) unless the "
+        "request sets thinking_token_budget (docs/ENCODING.md §4.4)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print the engine, the exact command and its environment, and exit without starting it",
@@ -55,6 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the checkpoint directory (or --model-path DIR; omit with --tiny / --scripted), "
         "then flags for sglang.launch_server",
     )
+
+
+def _token_budget(text: str) -> int:
+    from sglang_ds41.encoding.errors import EncodingError
+    from sglang_ds41.encoding.reasoning import thinking_token_budget
+
+    value = int(text) if text.lstrip("-").isdecimal() else text
+    try:
+        return thinking_token_budget(value, "--thinking-token-budget")
+    except EncodingError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None, list[str]]:
@@ -100,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         model_dir = Path(given)
     what = serve.validate_checkpoint(model_dir)
-    launch = serve.build_launch(model_dir, rest, gpu=not cpu)
+    budget = args.thinking_token_budget
+    launch = serve.build_launch(model_dir, rest, gpu=not cpu, thinking_token_budget=budget)
     if args.dry_run:
         print(f"# checkpoint: {model_dir} ({what})\n{serve.describe(launch)}")
         return 0

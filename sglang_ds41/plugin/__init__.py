@@ -17,6 +17,9 @@ hooks:
 * AROUND (`thinking.py`): one thinking decision per V4.1 request (DeepSeek's `thinking` field,
   `reasoning_effort`, our `reasoning_budget`, the server default) for prompt, parser and
   grammar, so `response_format` / `tool_choice` constrain the answer after the reasoning;
+  and each request's `thinking_token_budget` (or the server default) for the scheduler;
+* AROUND (`thinking_budget.py`, in the scheduler): that budget enforced through SGLang's
+  reasoning grammar object, which forces `</think>` when it is spent;
 * AROUND (`grammar_compile.py`): the grammar of a V4.1 tool choice is compiled token-exact, its
   DSML tags the DSML token (`call_grammar.py`), so a constrained call is always one our parser
   reads as a call.
@@ -50,10 +53,12 @@ def register() -> None:
         responses,
         text_endpoints,
         thinking,
+        thinking_budget,
     )
 
     for hooks in (
         thinking.HOOKS,
+        thinking_budget.HOOKS,
         parsers.HOOKS,
         responses.HOOKS,
         text_endpoints.HOOKS,

@@ -40,6 +40,7 @@ Responses API, which renders from a chat request of its own).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,7 @@ from sglang_ds41.encoding.errors import EncodingError
 CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 SPEC = "dsv41"
 REASONING_PARSER = "deepseek-v41"
+BUDGET_PARAM = reasoning.THINKING_TOKEN_BUDGET  # custom_params key the scheduler reads (thinking_budget.py)
 
 
 def decide(
@@ -84,8 +86,10 @@ def serves_v41(serving: Any) -> bool:
     )
 
 
-def settle(serving: Any, request: Any, budget: int | None = None) -> bool:
-    """Decide the request's thinking mode and write it where SGLang reads it."""
+def settle(serving: Any, request: Any, budget: int | None = None, token_budget: int | None = None) -> bool:
+    """Decide the request's thinking mode and write it, and its budgets, where SGLang reads
+    them. `budget` / `token_budget` are the body's `reasoning_budget` / `thinking_token_budget`
+    (SGLang's request model keeps neither)."""
     from sglang.srt.environ import envs
 
     on, off_because = decide(
@@ -101,14 +105,45 @@ def settle(serving: Any, request: Any, budget: int | None = None) -> bool:
         # integer form is spliced into the prompt's effort line (deepseek_recipe_renderer).
         kwargs["reasoning_effort"] = budget
     request.chat_template_kwargs = kwargs
+    if on:
+        _settle_token_budget(request, token_budget)
     return on
+
+
+def _settle_token_budget(request: Any, token_budget: int | None) -> None:
+    """The thinking token budget of a thinking request, first found: the body's, one already
+    settled, `chat_template_kwargs`' (the paths without `handle_request`), the server's default;
+    written to `custom_params` for the scheduler (`thinking_budget.py`)."""
+    params = dict(request.custom_params or {})
+    if token_budget is None:
+        token_budget = params.get(BUDGET_PARAM)
+    if token_budget is None:
+        token_budget = reasoning.request_token_budget({"chat_template_kwargs": request.chat_template_kwargs})
+    source = reasoning.THINKING_TOKEN_BUDGET
+    if token_budget is None:
+        token_budget = reasoning.server_token_budget(os.environ)
+        source = reasoning.THINKING_TOKEN_BUDGET_ENV
+    if token_budget is None:
+        return
+    from sglang.srt.runtime_context import get_exec
+
+    grammar_backend = get_exec().kernel.grammar_backend or "xgrammar"  # SGLang's default
+    if grammar_backend != "xgrammar":
+        raise EncodingError(
+            f"{source} is enforced through the xgrammar grammar backend's token filter, but this "
+            f"server runs --grammar-backend {grammar_backend}"
+        )
+    request.custom_params = {**params, BUDGET_PARAM: token_budget}
+
+
+_BODY_FIELDS = (reasoning.REASONING_BUDGET.encode(), reasoning.THINKING_TOKEN_BUDGET.encode())
 
 
 async def _body(raw_request: Any) -> Any:
     if raw_request is None:
         return None
     raw = await raw_request.body()  # Starlette keeps the body FastAPI already read
-    if reasoning.REASONING_BUDGET.encode() not in raw:
+    if not any(field in raw for field in _BODY_FIELDS):
         return None
     return json.loads(raw)
 
@@ -120,7 +155,8 @@ def handle_request(original, self, request, raw_request=None, *args, **kwargs):
 
     async def handle():
         try:
-            settle(self, request, budget_from_body(await _body(raw_request)))
+            body = await _body(raw_request)
+            settle(self, request, budget_from_body(body), reasoning.request_token_budget(body))
         except EncodingError as error:
             return self.create_error_response(str(error))
         return await original(self, request, raw_request, *args, **kwargs)

@@ -4,12 +4,13 @@ The plugin subclasses `sglang.srt.layers.engram.EngramEmbedding` and re-implemen
 its methods for 4-bit tables; it calls upstream's private helpers (`_HostTable`,
 `_sorted_host_reads`, `_cuda_kernels`); and it wraps parts of the OpenAI serving layer (the
 deepseek-recipe chat adapter's parsing and streaming, the chat response builder, request
-conversion: `parsers.py`, `thinking.py`; the Responses API's output: `responses.py`) and the
-xgrammar backend's structural-tag compile (`grammar_compile.py`). A different SGLang could
-rename them, change what they take, or change what the overridden or wrapped methods do (a
-new storage mode our override would not know, another place the thinking mode is read). So
-at import the plugin checks three things against SGLang 0.5.23 and refuses to hook anything
-if one differs, naming each difference:
+conversion: `parsers.py`, `thinking.py`; the Responses API's output: `responses.py`), the
+xgrammar backend's structural-tag compile (`grammar_compile.py`) and the scheduler's grammar
+set-up, whose reasoning grammar object counts and ends the reasoning (`thinking_budget.py`).
+A different SGLang could rename them, change what they take, or change what the overridden or
+wrapped methods do (a new storage mode our override would not know, another place the
+thinking mode is read). So at import the plugin checks three things against SGLang 0.5.23
+and refuses to hook anything if one differs, naming each difference:
 
 * the installed version;
 * the signature of every symbol it overrides or calls;
@@ -32,6 +33,8 @@ EMBEDDING = f"{ENGRAM}.EngramEmbedding"
 XGRAMMAR_BACKEND = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammarBackend"
 RECIPE_ADAPTER = "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
 RESPONSES = "sglang.srt.entrypoints.openai.serving_responses"
+GRAMMAR_MANAGER = "sglang.srt.constrained.grammar_manager.GrammarManager"
+REASONER = "sglang.srt.constrained.reasoner_grammar_backend"
 
 # symbol -> str(inspect.signature(symbol)) in SGLang 0.5.23
 SIGNATURES: Mapping[str, str] = {
@@ -141,6 +144,19 @@ SIGNATURES: Mapping[str, str] = {
     f"{RECIPE_ADAPTER}.separate_reasoning_text": "(self, text: 'str') -> 'tuple[str, str]'",
     f"{RECIPE_ADAPTER}.parse_function_call_text": "(self, text: 'str', tools: 'list[Tool]') -> "
     "'tuple[str, list[ToolCallItem]]'",
+    # The thinking token budget (plugin/thinking_budget.py).
+    f"{GRAMMAR_MANAGER}._apply_request_reasoning_config": "(self, req: 'Req') -> 'None'",
+    f"{GRAMMAR_MANAGER}.process_req_with_grammar": "(self, req: 'Req') -> 'bool'",
+    f"{REASONER}.ReasonerGrammarBackend._make_grammar_object": "(self, grammar: "
+    "Optional[sglang.srt.constrained.base_grammar_backend.BaseGrammarObject], reasoning: bool) -> "
+    "sglang.srt.constrained.reasoner_grammar_backend.ReasonerGrammarObject",
+    f"{REASONER}.ReasonerGrammarObject._can_think_more": "(self)",
+    f"{REASONER}.ReasonerGrammarObject.fill_vocab_mask": "(self, vocab_mask: torch.Tensor, idx: int) -> None",
+    f"{REASONER}.ReasonerGrammarObject.transfer_state": "(self, token: int) -> None",
+    f"{REASONER}.ReasonerGrammarObject.rollback_state": "(self)",
+    f"{XGRAMMAR_BACKEND}.apply_vocab_mask": "(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None",
+    f"{XGRAMMAR_BACKEND}.set_token_filter": "(vocab_mask: torch.Tensor, token_ids: List[int], "
+    "batch_idx: int, is_allowed: bool = True, reset_vocab_mask: bool = True)",
     # Token-exact V4.1 tool-call grammars (plugin/grammar_compile.py).
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "(self, key_string: str) -> "
     "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject",
@@ -187,6 +203,14 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream"
     ".step": "d12bca50853c757c",
     f"{RESPONSES}._incomplete_tool_call_indices": "be6f54ecf863dbfd",
+    # plugin/thinking_budget.py relies on how these count and force the end of the reasoning.
+    f"{GRAMMAR_MANAGER}._apply_request_reasoning_config": "67b43794b6924bb4",
+    f"{GRAMMAR_MANAGER}.process_req_with_grammar": "5341c5932fae0666",
+    f"{REASONER}.ReasonerGrammarBackend._make_grammar_object": "6204ecbb56a20ebc",
+    f"{REASONER}.ReasonerGrammarObject._can_think_more": "7bf78692306aa39a",
+    f"{REASONER}.ReasonerGrammarObject.fill_vocab_mask": "4f2d5be14afb6cfb",
+    f"{REASONER}.ReasonerGrammarObject.transfer_state": "f9e3a320ec2551f3",
+    f"{REASONER}.ReasonerGrammarObject.rollback_state": "095a9366e0819f4d",
     # plugin/text_endpoints.py re-implements these.
     f"{RECIPE_ADAPTER}.separate_reasoning_text": "c6962c58857ba40c",
     f"{RECIPE_ADAPTER}.parse_function_call_text": "e930b84beb9ae0fb",

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_ds41.backend import EXTERNAL_MODEL_PACKAGE
+from sglang_ds41.encoding.reasoning import THINKING_TOKEN_BUDGET_ENV
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.install import SGLANG_VERSION
 
@@ -317,8 +318,10 @@ def build_launch(
     gpu: bool | None = None,
     python: str = sys.executable,
     cpus: Sequence[int] | None = None,
+    thinking_token_budget: int | None = None,
 ) -> Launch:
-    """The server command and environment for `model_dir`; `gpu=None` looks for a GPU (`has_gpu`).
+    """The server command and environment for `model_dir`; `gpu=None` looks for a GPU (`has_gpu`);
+    `thinking_token_budget` is the server's default (`plugin/thinking.py` reads it per request).
 
     The engine follows the device: on a GPU upstream SGLang's own V4.1 model (our plugin adds
     the MXFP4 Engram tables; SGLang loads it through its entry point), on the CPU (no GPU, or
@@ -349,6 +352,14 @@ def build_launch(
         defaults.append(["--tokenizer-path", str(tok)])
     # DeepSeek's API (and deepseek-recipe) think unless told not to; SGLang's default is off.
     env = {"SGLANG_DEFAULT_THINKING": os.environ.get("SGLANG_DEFAULT_THINKING", "1")}
+    if thinking_token_budget is not None:
+        backend = flag_value(user, "--grammar-backend")
+        if backend not in (None, "xgrammar"):
+            raise Ds41Error(
+                f"--thinking-token-budget is enforced through the xgrammar grammar backend's token "
+                f"filter; --grammar-backend {backend} has none"
+            )
+        env[THINKING_TOKEN_BUDGET_ENV] = str(thinking_token_budget)
     if cpu:
         refuse_unsupported(user)
         defaults, own_env = _own_backend(defaults, user, cpus)

@@ -50,6 +50,7 @@ def test_json_spec_with_output_schema_prints_json(serve, tmp_path, capsys):
         ("name: x\ntools: [nowhere.mod:fn]\n", "cannot import nowhere.mod"),
         ("name: x\nlimits: {max_stepz: 3}\n", "bad 'limits'"),
         ("name: x\nreasoning_effort: extreme\n", "reasoning_effort must be one of low, high, max"),
+        ("name: x\nthinking_token_budget: 0\n", "thinking_token_budget must be an integer of at least 1"),
     ],
 )
 def test_bad_specs_name_the_problem(tmp_path, text, message):

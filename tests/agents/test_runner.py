@@ -178,6 +178,19 @@ def test_thinking_and_effort_fields_sent(serve, thinking, effort, body_effort, p
     assert result.final_output == "hi"
 
 
+@pytest.mark.parametrize("budget", [None, 64])
+def test_thinking_token_budget_is_sent_per_agent(serve, budget):
+    server = serve([Reply(reasoning_content="r", content="hi")])
+    Runner.run_sync(weather_agent(thinking_token_budget=budget), "hi", base_url=server.base_url)
+    assert server.bodies[0].get("thinking_token_budget") == budget
+
+
+@pytest.mark.parametrize("budget", [0, -1, "64", True])
+def test_a_bad_thinking_token_budget_is_refused_by_name(budget):
+    with pytest.raises(AgentConfigError, match="agent 'weather': thinking_token_budget must be an integer"):
+        weather_agent(thinking_token_budget=budget)
+
+
 def test_forced_tool_choice_with_thinking_is_refused_before_sending():
     with pytest.raises(AgentConfigError, match="needs thinking=False"):
         weather_agent(tool_choice="required")

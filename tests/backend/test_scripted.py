@@ -8,7 +8,9 @@ from sglang_ds41.encoding.special_tokens import Special
 from sglang_ds41.backend.scripted import (
     DEFAULT_SCRIPTS,
     JSON_TRIGGER,
+    LONG_REASONING,
     PERSON_JSON_TEXT,
+    PONDER_TEXT_TRIGGER,
     TOOL_TRIGGER,
     WEATHER_CALL_TEXT,
     Script,
@@ -103,6 +105,16 @@ def test_trigger_in_an_earlier_user_turn_does_not_repeat_the_call():
     ]
     out = generate(official_ids(messages, thinking=False, tools=[WEATHER_TOOL]))
     assert out == [*script_ids("Hello! I am the scripted test model."), EOS]
+
+
+@pytest.mark.parametrize("cut", [0, 1, 17])
+def test_a_think_end_that_cuts_the_reasoning_short_is_followed_by_the_answer(cut):
+    prompt = official_ids([{"role": "user", "content": f"{PONDER_TEXT_TRIGGER} think hard"}], thinking=True)
+    reasoning = script_ids(LONG_REASONING)
+    out = generate([*prompt, *reasoning[:cut], THINK_END])
+    assert out == [*script_ids("After much thought: hello."), EOS]
+    # reasoning that is not the script's, then </think>: off the script
+    assert generate([*prompt, *reasoning[:cut], 42, THINK_END]) == [EOS]
 
 
 def test_output_that_left_the_script_ends_with_eos():

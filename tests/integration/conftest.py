@@ -35,6 +35,19 @@ def scripted_server(tmp_path_factory) -> Server:
     assert server.stopped_cleanly, f"serve did not stop its server cleanly on SIGTERM; log {server.log_path}"
 
 
+@pytest.fixture(scope="session")
+def scripted_budget_server(tmp_path_factory) -> Server:
+    """The scripted model served as `default` with a server thinking token budget of 64
+    (`serve --served-model-name default --thinking-token-budget 64`)."""
+    root = tmp_path_factory.mktemp("scripted-budget-server")
+    model_dir = write_scripted_checkpoint(root / "checkpoint")
+    args = ["--served-model-name", "default", "--thinking-token-budget", "64"]
+    with running_server(model_dir, args, log_path=root / "server.log") as server:
+        yield server
+    _STATS.append(f"scripted server (default, budget 64): ready after {server.ready_s:.1f} s, log {root}")
+    assert server.stopped_cleanly, f"serve did not stop its server cleanly on SIGTERM; log {server.log_path}"
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     for line in _STATS:
         terminalreporter.write_line(line)

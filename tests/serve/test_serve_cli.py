@@ -4,6 +4,7 @@ The checkpoints are real: the session's tiny checkpoint (official layout, valida
 does) and the scripted test checkpoint; only the final `serve.serve` (which would start SGLang)
 is replaced by a recorder, except in the subprocess tests, which run the real command."""
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -60,6 +61,33 @@ def test_the_checkpoint_as_sglangs_model_path(ckpt, launched, form):
     launch = launched[0][0]
     assert model_path(launch) == str(ckpt)
     assert launch.argv.count("--model-path") == 1 and "--model" not in launch.argv
+
+
+def test_the_server_thinking_token_budget_goes_to_the_plugin_s_variable(scripted, launched):
+    assert cli.main(["serve", str(scripted), "--port", "31005", "--thinking-token-budget", "64"]) == 0
+    launch = launched[0][0]
+    assert launch.env["SGLANG_DS41_THINKING_TOKEN_BUDGET"] == "64"
+    assert "--thinking-token-budget" not in launch.argv  # ours, not SGLang's
+    assert cli.main(["serve", str(scripted), "--port", "31005"]) == 0
+    assert "SGLANG_DS41_THINKING_TOKEN_BUDGET" not in launched[1][0].env
+
+
+MUST = "--thinking-token-budget must be an integer of at least 1, got"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--thinking-token-budget", "0"], f"{MUST} integer `0`"),
+        (["--thinking-token-budget", "-1"], f"{MUST} integer `-1`"),
+        (["--thinking-token-budget", "lots"], f"{MUST} string 'lots'"),
+        (["--thinking-token-budget", "8", "--grammar-backend", "outlines"], "outlines has none"),
+    ],
+)
+def test_a_bad_server_thinking_token_budget_is_refused_by_name(scripted, capsys, launched, args, message):
+    with pytest.raises(SystemExit) if "outlines" not in args else contextlib.nullcontext():
+        assert cli.main(["serve", str(scripted), *args]) == 2
+    assert message in capsys.readouterr().err and launched == []
 
 
 def test_two_different_checkpoints_are_refused(ckpt, scripted, capsys, launched):
