@@ -170,16 +170,7 @@ def by_batch(
 ) -> list[dict]:  # fmt: skip
     rows = []
     for b in batches:
-        prompts = [make_prompt(prompt) for _ in range(b)]
-        with ThreadPoolExecutor(b) as pool:
-            streams = list(pool.map(lambda ids: stream_generate(url, ids, steps, timeout_s), prompts))
-        # the decode steps every request runs together: from the last first token to the first end
-        start = max(s.arrivals[0][0] for s in streams)
-        end = min(s.arrivals[-1][0] for s in streams)
-        shared = statistics.median(_tokens_between(s, start, end) for s in streams)
-        if shared < 2:
-            raise Ds41Error(f"batch {b}: its requests decoded together for {shared} steps only")
-        step = (end - start) / shared
+        step, shared = batch_step(url, [make_prompt(prompt) for _ in range(b)], steps, timeout_s)
         rows.append(
             {
                 "batch": b,
@@ -195,6 +186,19 @@ def by_batch(
     for row in rows:
         row["tokens_per_s_vs_batch_1"] = row["decode_tokens_per_s"] / one if one else None
     return rows
+
+
+def batch_step(url: str, prompts: list[list[int]], steps: int, timeout_s: float) -> tuple[float, float]:
+    """All `prompts` streamed at once -> (seconds per decode step they ran together, how many
+    such steps): from the last first token to the first end, the tokens each got meanwhile."""
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        streams = list(pool.map(lambda ids: stream_generate(url, ids, steps, timeout_s), prompts))
+    start = max(s.arrivals[0][0] for s in streams)
+    end = min(s.arrivals[-1][0] for s in streams)
+    shared = statistics.median(_tokens_between(s, start, end) for s in streams)
+    if shared < 2:
+        raise Ds41Error(f"batch {len(prompts)}: its requests decoded together for {shared} steps only")
+    return (end - start) / shared, shared
 
 
 def _tokens_between(stream: Stream, start: float, end: float) -> int:
