@@ -171,14 +171,14 @@ def run_case(model, peer: LlamaPeer, case: Case, steps: int, generator: torch.Ge
 PHASES = [
     ("engram hashing", "sglang_ds41.backend.model", "DeepseekV41Model", "engram_rows"),
     ("engram gate", "sglang_ds41.engram.layer", "EngramLayer", "forward"),
-    ("mHC coefficients", "sglang_ds41.model.mhc", "HyperConnection", "forward"),
-    ("mHC collapse + norm", "sglang_ds41.backend.model", "", "collapse"),
-    ("mHC expand", "sglang_ds41.backend.model", "", "expand"),
+    ("mHC coefficients", "sglang_ds41.fast.mhc", "", "coefficients"),
+    ("mHC collapse + norm", "sglang_ds41.fast.mhc", "", "collapse_norm"),
+    ("mHC expand", "sglang_ds41.fast.mhc", "", "expand"),
     ("attention project", "sglang_ds41.model.attention", "Attention", "project"),
     ("attention commit", "sglang_ds41.backend.kv_state", "SlotState", "commit"),
     ("attention select", "sglang_ds41.model.attention", "Attention", "select"),
     ("attention attend", "sglang_ds41.model.attention", "Attention", "attend"),
-    ("MoE", "sglang_ds41.model.moe", "MoE", "forward"),
+    ("MoE", "sglang_ds41.fast.moe", "", "forward"),
 ]
 
 

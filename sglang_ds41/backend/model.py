@@ -51,17 +51,8 @@ from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layer import EngramLayer
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.model import (
-    Attention,
-    HyperConnection,
-    MoE,
-    Published,
-    RMSNorm,
-    collapse,
-    expand,
-    first_pre,
-    upcast,
-)
+from sglang_ds41.fast import mhc, moe
+from sglang_ds41.model import Attention, HyperConnection, MoE, Published, RMSNorm, first_pre, upcast
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.vision import VisionTower
 
@@ -122,14 +113,14 @@ class DeepseekV41DecoderLayer(nn.Module):
         """R [T, hc, D], pre [T, hc] of the previous site -> (R, pre of this layer's MoE site)."""
         if self.engram is not None:
             r = self.engram(r, engram_ids, is_image)
-        coeffs = self.hc_attn(r)
-        x = self.attn_norm(collapse(r, pre))
+        coeffs = mhc.coefficients(self.hc_attn, r)
+        x = mhc.collapse_norm(r, pre, self.attn_norm)
         y = self.tp.all_reduce(batch_attention(self.attn, x, chunks, published, store))
-        r = expand(r, y, coeffs.post, coeffs.comb)
+        r = mhc.expand(r, y, coeffs.post, coeffs.comb)
         pre = coeffs.pre
-        coeffs = self.hc_ffn(r)
-        y = self.tp.all_reduce(self.ffn(self.ffn_norm(collapse(r, pre)), is_image))
-        return expand(r, y, coeffs.post, coeffs.comb), coeffs.pre
+        coeffs = mhc.coefficients(self.hc_ffn, r)
+        y = self.tp.all_reduce(moe.forward(self.ffn, mhc.collapse_norm(r, pre, self.ffn_norm), is_image))
+        return mhc.expand(r, y, coeffs.post, coeffs.comb), coeffs.pre
 
 
 class DeepseekV41Model(nn.Module):
@@ -173,7 +164,7 @@ class DeepseekV41Model(nn.Module):
             if layer.engram is not None:
                 ids = engram_ids[:, self.hasher.layout.index_of(layer.layer)]
             r, pre = layer(r, pre, chunks, published, store, is_image, ids)
-        return self.norm(collapse(r, pre))
+        return mhc.collapse_norm(r, pre, self.norm)
 
     def engram_rows(self, input_ids: torch.Tensor, spans: list[Span], store: SlotState) -> torch.Tensor:
         """Hash the batch's chunks, each continuing the history rebuilt from its slots' token ids."""

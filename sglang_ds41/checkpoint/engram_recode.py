@@ -36,11 +36,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
-import numba
 import numpy as np
 import torch
 
 from sglang_ds41 import formats
+from sglang_ds41.fast.jit import compiled
 from sglang_ds41.formats import e2m1
 
 BLOCK = formats.scale_block("mxfp4")  # FP8 / MXFP4 values per scale (32)
@@ -85,16 +85,6 @@ def _nv_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 # Rows per worker below which threads cost more than they save.
 _MIN_ROWS_PER_WORKER = 4096
-
-
-def compiled(fn):
-    """numba's njit (GIL released) with its on-disk cache where it can write one, which saves
-    ~0.3 s per process; without it where it cannot (read-only install and home): numba
-    refuses `cache=True` at decoration time there, which would make this module unimportable."""
-    try:
-        return numba.njit(nogil=True, cache=True, boundscheck=False)(fn)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True, boundscheck=False)(fn)
 
 
 @compiled

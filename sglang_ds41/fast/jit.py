@@ -1,0 +1,49 @@
+"""numba's njit as every compiled loop of the package uses it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import numba
+import numpy as np
+import torch
+
+# The dtypes compiled loops take (numpy has no bfloat16: those tensors take the plain path).
+COMPILED_DTYPES = (torch.float32, torch.float64)
+
+T = TypeVar("T")
+
+
+def compiled(fn):
+    """numba's njit (GIL released) with its on-disk cache where it can write one, which saves
+    ~0.3 s per process; without it where it cannot (read-only install and home): numba
+    refuses `cache=True` at decoration time there, which would make a module unimportable."""
+    try:
+        return numba.njit(nogil=True, cache=True, boundscheck=False)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True, boundscheck=False)(fn)
+
+
+def compiles(t: torch.Tensor) -> bool:
+    """Whether the compiled loops take tensors of `t`'s dtype and device."""
+    return t.dtype in COMPILED_DTYPES and t.device.type == "cpu"
+
+
+def numpy_of(t: torch.Tensor) -> np.ndarray:
+    """The tensor's memory as a numpy array (no copy; parameters lose their autograd link)."""
+    return t.detach().numpy() if t.requires_grad else t.numpy()
+
+
+def prepared(module: torch.nn.Module, name: str, build: Callable[[], T], *watch: torch.Tensor) -> T:
+    """`build()`'s result kept on `module` (weights in the form a fast path wants), built again
+    when a watched tensor was changed in place or given new storage."""
+    found = module.__dict__.get(name)
+    if found is None or found[0] != _state(watch):
+        value = build()  # may re-point the watched tensors (moe.Stacked)
+        found = module.__dict__[name] = (_state(watch), value)
+    return found[1]
+
+
+def _state(tensors: tuple[torch.Tensor, ...]) -> tuple:
+    return tuple((t.data_ptr(), t._version) for t in tensors)
