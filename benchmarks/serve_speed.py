@@ -174,10 +174,10 @@ PHASES = [
     ("mHC coefficients", "sglang_ds41.fast.mhc", "", "coefficients"),
     ("mHC collapse + norm", "sglang_ds41.fast.mhc", "", "collapse_norm"),
     ("mHC expand", "sglang_ds41.fast.mhc", "", "expand"),
-    ("attention project", "sglang_ds41.model.attention", "Attention", "project"),
+    ("attention project", "sglang_ds41.fast.attention", "", "project"),
     ("attention commit", "sglang_ds41.backend.kv_state", "SlotState", "commit"),
-    ("attention select", "sglang_ds41.model.attention", "Attention", "select"),
-    ("attention attend", "sglang_ds41.model.attention", "Attention", "attend"),
+    ("attention select", "sglang_ds41.fast.attention", "", "select"),
+    ("attention attend", "sglang_ds41.fast.attention", "", "attend"),
     ("MoE", "sglang_ds41.fast.moe", "", "forward"),
 ]
 

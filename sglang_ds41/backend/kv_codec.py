@@ -17,38 +17,24 @@ quantiser's input (`model.attention.NewEntries.rotated`, handed to `SlotState.co
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from sglang_ds41.formats.fp8 import dequantize_fp8_rows
-from sglang_ds41.formats.kv_quant import (
-    INDEX_BLOCK,
-    LATENT_BLOCK,
-    WINDOW_BLOCK,
-    dequantize_latent_fp4,
-    quantize_index_fp4,
-    quantize_latent_fp4,
-    quantize_window_fp8,
-)
-from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
-
-
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.uint8)
+from sglang_ds41.fast import quant
+from sglang_ds41.formats.kv_quant import INDEX_BLOCK, LATENT_BLOCK, WINDOW_BLOCK
 
 
 @dataclass(frozen=True)
 class RowCodec:
-    """How rows of `dim` values are packed into `code_bytes + scale_bytes` bytes."""
+    """How rows of `dim` values are packed into `code_bytes + scale_bytes` bytes; the packing and
+    its compiled loops are `fast.quant`'s (bit for bit the `formats.kv_quant` quantisers)."""
 
     name: str
+    kind: str  # fast.quant.WINDOW / LATENT / INDEX
     dim: int
     code_bytes: int
     scale_bytes: int
-    _quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-    _dequantize: Callable[[torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
 
     @property
     def row_bytes(self) -> int:
@@ -56,33 +42,20 @@ class RowCodec:
 
     def encode(self, rows: torch.Tensor) -> torch.Tensor:
         """[N, dim] floats -> [N, row_bytes] uint8."""
-        codes, scales = self._quantize(rows)
-        return torch.cat([_bytes(codes), _bytes(scales)], dim=-1)
+        return quant.QUANTIZERS[self.kind](rows)[1]
 
     def decode(self, packed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[N, row_bytes] uint8 -> [N, dim] in `dtype`."""
-        return self._dequantize(packed[:, : self.code_bytes], packed[:, self.code_bytes :], dtype)
-
-
-def _window_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return dequantize_fp8_rows(codes.view(torch.float8_e4m3fn), scales, WINDOW_BLOCK, dtype=dtype)
-
-
-def _latent_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return dequantize_latent_fp4(codes, scales.view(torch.float8_e4m3fn), dtype=dtype)
-
-
-def _index_rows(codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return dequantize_mxfp4(codes, scales, dtype=dtype)  # same bytes as MXFP4, another scale rule
+        return quant.decode(packed, self.kind, self.dim, dtype)
 
 
 def window_codec(dim: int) -> RowCodec:
-    return RowCodec("window KV", dim, dim, dim // WINDOW_BLOCK, quantize_window_fp8, _window_rows)
+    return RowCodec("window KV", quant.WINDOW, dim, dim, dim // WINDOW_BLOCK)
 
 
 def latent_codec(dim: int) -> RowCodec:
-    return RowCodec("latent", dim, dim // 2, dim // LATENT_BLOCK, quantize_latent_fp4, _latent_rows)
+    return RowCodec("latent", quant.LATENT, dim, dim // 2, dim // LATENT_BLOCK)
 
 
 def index_codec(dim: int) -> RowCodec:
-    return RowCodec("index key", dim, dim // 2, dim // INDEX_BLOCK, quantize_index_fp4, _index_rows)
+    return RowCodec("index key", quant.INDEX, dim, dim // 2, dim // INDEX_BLOCK)

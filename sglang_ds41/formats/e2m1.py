@@ -20,8 +20,8 @@ VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, 
 
 # Midpoints between neighbouring magnitudes. A tie rounds to the neighbour with the even code
 # (even mantissa bit): down where the lower code is even, up where it is odd.
-_TIES_DOWN = (0.25, 1.25, 2.5, 5.0)  # between codes 0|1, 2|3, 4|5, 6|7
-_TIES_UP = (0.75, 1.75, 3.5)  # between codes 1|2, 3|4, 5|6
+TIES_DOWN = (0.25, 1.25, 2.5, 5.0)  # between codes 0|1, 2|3, 4|5, 6|7
+TIES_UP = (0.75, 1.75, 3.5)  # between codes 1|2, 3|4, 5|6
 
 
 def decode(codes: torch.Tensor) -> torch.Tensor:
@@ -49,8 +49,8 @@ def encode(x: torch.Tensor) -> torch.Tensor:
     """
     xf = x.float()
     mag = xf.abs().contiguous()  # bucketize copies strided input anyway
-    down = torch.tensor(_TIES_DOWN, dtype=torch.float32, device=x.device)
-    up = torch.tensor(_TIES_UP, dtype=torch.float32, device=x.device)
+    down = torch.tensor(TIES_DOWN, dtype=torch.float32, device=x.device)
+    up = torch.tensor(TIES_UP, dtype=torch.float32, device=x.device)
     # bucketize(right=False) counts boundaries < mag; right=True counts boundaries <= mag.
     index = torch.bucketize(mag, down, out_int32=True) + torch.bucketize(mag, up, right=True, out_int32=True)
     sign = (xf < 0).to(torch.uint8) << 3

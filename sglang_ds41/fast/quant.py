@@ -1,0 +1,247 @@
+"""The KV fake-quantisers (`formats.kv_quant`, MODEL.md §4.2, §4.4, §4.5) as compiled loops that
+give the stored bytes and the dequantised rows of a quantisation at once.
+
+    window_fp8(x)  -> (fake, packed)   FP8 E4M3 / 32, UE8M0 scales     (window KV)
+    latent_fp4(x)  -> (fake, packed)   E2M1 / 16, E4M3 scales          (compressed latents)
+    index_fp4(x)   -> (fake, packed)   E2M1 / 32, UE8M0 scales         (index keys, queries)
+    decode(packed, kind, dtype)        the rows a packed store holds
+
+`packed` rows are `backend.kv_codec`'s layout (codes, then scale bytes) and equal the oracle's
+bytes bit for bit, as do the dequantised rows: every step is the oracle's float32 arithmetic
+(a power-of-two scale, a float32 division, round-to-nearest-even to E4M3, E2M1's tie table).
+A row with a non-finite value takes the oracle (its NaN scale rules are the definition's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from sglang_ds41.formats import e2m1, e8m0, kv_quant
+from sglang_ds41.formats.fp8 import E4M3_MAX, dequantize_fp8_rows
+from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
+
+from .jit import compiled, compiles, numpy_of
+
+# Decode tables: every E4M3 byte, every UE8M0 byte, every E2M1 code, as float32.
+_E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+_E8M0 = e8m0.decode(torch.arange(256, dtype=torch.uint8)).numpy()
+_E2M1 = np.array(e2m1.VALUES, dtype=np.float32)
+_TIES_DOWN = np.array(e2m1.TIES_DOWN, dtype=np.float32)  # the encoder's tie rule
+_TIES_UP = np.array(e2m1.TIES_UP, dtype=np.float32)
+
+WINDOW, LATENT, INDEX = "window", "latent", "index"
+
+
+@compiled
+def _e4m3_code(v):
+    """float32 v with |v| <= 448 -> its E4M3 byte, round to nearest even (sign kept on zero)."""
+    sign = 128 if (v < 0 or (v == 0 and math.copysign(1.0, v) < 0)) else 0
+    a = abs(np.float64(v))
+    if a < 2.0**-6:  # subnormal: multiples of 2**-9
+        return sign | int(np.rint(a * 512.0))  # 8 rounds up into the first normal, code 8
+    f, k = math.frexp(a)  # a = f * 2**k, f in [0.5, 1)
+    m = int(np.rint(f * 16.0))  # 8..16
+    if m == 16:
+        m, k = 8, k + 1
+    return sign | ((k + 6) << 3) | (m - 8)
+
+
+@compiled
+def _e2m1_code(v, ties_down, ties_up):
+    """float32 v (already scaled) -> its E2M1 code, as `e2m1.encode` (sign bit iff v < 0)."""
+    a = abs(v)
+    index = 0
+    for t in ties_down:
+        if t < a:
+            index += 1
+    for t in ties_up:
+        if t <= a:
+            index += 1
+    return index | (8 if v < 0 else 0)
+
+
+@compiled
+def _ceil_exponent(amax, qmax, floor):
+    """`e8m0.ceil_scale_exponent` of one block: float32 ratio, exact ceil(log2)."""
+    ratio = np.float32(max(amax, floor)) / np.float32(qmax)
+    if not ratio > 0:
+        return -127
+    f, k = math.frexp(np.float64(ratio))
+    e = k - 1 if f == 0.5 else k
+    return min(max(e, -127), 127)
+
+
+@compiled
+def _window_fp8(x, block, floor, e4m3, e8m0_, fake, packed):
+    rows, dim = x.shape
+    for r in range(rows):
+        for b in range(dim // block):
+            amax = np.float32(0.0)
+            for i in range(b * block, (b + 1) * block):
+                v = np.float32(x[r, i])
+                if not np.isfinite(v):
+                    return False  # the oracle's NaN rules decide
+                amax = max(amax, abs(v))
+            exp = _ceil_exponent(amax, 448.0, floor)
+            packed[r, dim + b] = exp + 127
+            inv = np.float32(2.0**-exp)
+            scale = e8m0_[exp + 127]
+            for i in range(b * block, (b + 1) * block):
+                v = min(max(np.float32(x[r, i]) * inv, np.float32(-448.0)), np.float32(448.0))
+                code = _e4m3_code(v)
+                packed[r, i] = code
+                fake[r, i] = e4m3[code] * scale
+    return True
+
+
+@compiled
+def _latent_fp4(x, block, smallest, e4m3, e2m1_, ties_down, ties_up, fake, packed):
+    rows, dim = x.shape
+    half = dim // 2
+    for r in range(rows):
+        for b in range(dim // block):
+            amax = np.float32(0.0)
+            for i in range(b * block, (b + 1) * block):
+                v = np.float32(x[r, i])
+                if not np.isfinite(v):
+                    return False  # the oracle's NaN rules decide
+                amax = max(amax, abs(v))
+            ratio = min(max(amax / np.float32(6.0), np.float32(smallest)), np.float32(448.0))
+            scale_code = _e4m3_code(ratio)
+            packed[r, half + b] = scale_code
+            scale = e4m3[scale_code]
+            for i in range(b * block, (b + 1) * block, 2):
+                lo = _e2m1_code(np.float32(x[r, i]) / scale, ties_down, ties_up)
+                hi = _e2m1_code(np.float32(x[r, i + 1]) / scale, ties_down, ties_up)
+                packed[r, i // 2] = lo | (hi << 4)
+                fake[r, i] = e2m1_[lo] * scale
+                fake[r, i + 1] = e2m1_[hi] * scale
+    return True
+
+
+@compiled
+def _index_fp4(x, block, floor, e8m0_, e2m1_, ties_down, ties_up, fake, packed):
+    rows, dim = x.shape
+    half = dim // 2
+    for r in range(rows):
+        for b in range(dim // block):
+            amax = np.float32(0.0)
+            for i in range(b * block, (b + 1) * block):
+                v = np.float32(x[r, i])
+                if not np.isfinite(v):
+                    return False  # the oracle's NaN rules decide
+                amax = max(amax, abs(v))
+            exp = _ceil_exponent(amax, 6.0, floor)
+            packed[r, half + b] = exp + 127
+            inv = np.float32(2.0**-exp)
+            scale = e8m0_[exp + 127]
+            for i in range(b * block, (b + 1) * block, 2):
+                lo = _e2m1_code(np.float32(x[r, i]) * inv, ties_down, ties_up)
+                hi = _e2m1_code(np.float32(x[r, i + 1]) * inv, ties_down, ties_up)
+                packed[r, i // 2] = lo | (hi << 4)
+                fake[r, i] = e2m1_[lo] * scale
+                fake[r, i + 1] = e2m1_[hi] * scale
+    return True
+
+
+def _quantize(kind: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if not compiles(x):
+        return _oracle(kind, x)
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    dim = rows.shape[1]
+    fake = torch.empty_like(rows)
+    values, out = numpy_of(rows), numpy_of(fake)
+    if kind == WINDOW:
+        packed = torch.empty(rows.shape[0], dim + dim // kv_quant.WINDOW_BLOCK, dtype=torch.uint8)
+        ok = _window_fp8(values, kv_quant.WINDOW_BLOCK, kv_quant.WINDOW_AMAX_FLOOR, _E4M3, _E8M0, out,
+                         numpy_of(packed))  # fmt: skip
+    elif kind == LATENT:
+        packed = torch.empty(rows.shape[0], dim // 2 + dim // kv_quant.LATENT_BLOCK, dtype=torch.uint8)
+        ok = _latent_fp4(values, kv_quant.LATENT_BLOCK, kv_quant.LATENT_SCALE_MIN, _E4M3, _E2M1, _TIES_DOWN,
+                         _TIES_UP, out, numpy_of(packed))  # fmt: skip
+    else:
+        packed = torch.empty(rows.shape[0], dim // 2 + dim // kv_quant.INDEX_BLOCK, dtype=torch.uint8)
+        ok = _index_fp4(values, kv_quant.INDEX_BLOCK, kv_quant.INDEX_AMAX_FLOOR, _E8M0, _E2M1, _TIES_DOWN,
+                        _TIES_UP, out, numpy_of(packed))  # fmt: skip
+    if not ok:
+        return _oracle(kind, x)
+    return fake.view(x.shape), packed.view(*x.shape[:-1], packed.shape[1])
+
+
+def _oracle(kind: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    quantize, fake_quant = {
+        WINDOW: (kv_quant.quantize_window_fp8, kv_quant.fake_quant_window_fp8),
+        LATENT: (kv_quant.quantize_latent_fp4, kv_quant.fake_quant_latent_fp4),
+        INDEX: (kv_quant.quantize_index_fp4, kv_quant.fake_quant_index_fp4),
+    }[kind]
+    codes, scales = quantize(x)
+    packed = torch.cat([codes.contiguous().view(torch.uint8), scales.contiguous().view(torch.uint8)], dim=-1)
+    return fake_quant(x), packed
+
+
+def window_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fake_quant_window_fp8(x)` and the packed rows [..., D + D/32] (`quantize_window_fp8`)."""
+    return _quantize(WINDOW, x)
+
+
+def latent_fp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fake_quant_latent_fp4(x)` and the packed rows [..., D/2 + D/16] (`quantize_latent_fp4`)."""
+    return _quantize(LATENT, x)
+
+
+def index_fp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`fake_quant_index_fp4(x)` and the packed rows [..., D/2 + D/32] (`quantize_index_fp4`)."""
+    return _quantize(INDEX, x)
+
+
+QUANTIZERS = {WINDOW: window_fp8, LATENT: latent_fp4, INDEX: index_fp4}
+
+
+@compiled
+def _decode_fp8(packed, block, e4m3, e8m0_, out):
+    rows, dim = out.shape
+    for r in range(rows):
+        for i in range(dim):
+            out[r, i] = e4m3[packed[r, i]] * e8m0_[packed[r, dim + i // block]]
+
+
+@compiled
+def _decode_fp4(packed, block, scales, e2m1_, out):
+    rows, dim = out.shape
+    half = dim // 2
+    for r in range(rows):
+        for i in range(half):
+            byte = packed[r, i]
+            scale = scales[packed[r, half + 2 * i // block]]
+            out[r, 2 * i] = e2m1_[byte & 15] * scale
+            out[r, 2 * i + 1] = e2m1_[byte >> 4] * scale
+
+
+def decode(packed: torch.Tensor, kind: str, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """Packed rows [N, bytes] of `kind` -> [N, dim] in `dtype` (the codec's decode)."""
+    if dtype not in (torch.float32, torch.float64):
+        return _oracle_decode(packed, kind, dim, dtype)
+    out = torch.empty(packed.shape[0], dim, dtype=dtype)
+    rows = numpy_of(packed.contiguous())
+    if kind == WINDOW:
+        _decode_fp8(rows, kv_quant.WINDOW_BLOCK, _E4M3, _E8M0, numpy_of(out))
+    else:
+        block, scales = (kv_quant.LATENT_BLOCK, _E4M3) if kind == LATENT else (kv_quant.INDEX_BLOCK, _E8M0)
+        _decode_fp4(rows, block, scales, _E2M1, numpy_of(out))
+    return out
+
+
+def _oracle_decode(packed: torch.Tensor, kind: str, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    if kind == WINDOW:
+        codes, scales = packed[:, :dim].view(torch.float8_e4m3fn), packed[:, dim:]
+        return dequantize_fp8_rows(codes, scales, kv_quant.WINDOW_BLOCK, dtype=dtype)
+    codes, scales = packed[:, : dim // 2], packed[:, dim // 2 :]
+    if kind == LATENT:
+        return kv_quant.dequantize_latent_fp4(codes, scales.view(torch.float8_e4m3fn), dtype=dtype)
+    return dequantize_mxfp4(codes, scales, dtype=dtype)
+
+
+assert E4M3_MAX == 448.0  # the loops above spell it out
