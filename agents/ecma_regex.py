@@ -1,7 +1,7 @@
 """JSON Schema's regular expressions with the semantics the schema means: ECMA-262's.
 
 Why: `pattern`, `patternProperties` and the `regex` format name ECMA-262 regular expressions,
-with the "u" flag (JSON Schema 2020-12, validation §6.3.3 and core §6.4). Python's `re` is
+with the "u" flag (JSON Schema 2020-12: Validation section 6.3.3, Core section 6.4). Python's `re` is
 another dialect: its `\\d`, `\\w` and `\\s` take any Unicode digit, letter or space, and it
 refuses valid ECMA patterns (`\\p{Letter}`, `\\cC`) while taking ones ECMA does not have
 (`\\Z`, `(?P<name>...)`). The server's grammar reads the schema as ECMA-262, so the client
