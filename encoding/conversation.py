@@ -123,6 +123,8 @@ class ParsingOptions:
     parse_tool_calls: tools are declared, so DSML blocks are calls rather than content.
     starts_in_tool_calls: the prompt already opened a calls block (required/named tool choice).
     parse_json_output: json_object response format; text around the JSON value is blanked.
+    tolerant: also read the call spellings models write besides V4.1's (ENCODING.md §4.5), and
+        say so per call (`ParsedToolCall.repairs`); output in V4.1's own spelling parses the same.
     """
 
     thinking: bool = True
@@ -131,3 +133,4 @@ class ParsingOptions:
     parse_tool_calls: bool = False
     starts_in_tool_calls: bool = False
     parse_json_output: bool = False
+    tolerant: bool = False

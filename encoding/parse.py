@@ -31,6 +31,9 @@ Deliberate differences from the official parser:
    it. The id only ever begins a tag, and under a strict `auto` grammar the block after it is
    constrained while the `<` before it is free text (docs/ENCODING.md §4.4); the official
    parser leaves the block in `content`.
+6. Opt-in (`ParsingOptions(tolerant=True)`, what the server uses): call spellings besides V4.1's
+   whose meaning is clear are read as calls and named in `ParsedToolCall.repairs` (ENCODING.md
+   §4.5). Without it, nothing of this list changes.
 """
 
 from __future__ import annotations

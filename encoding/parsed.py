@@ -16,12 +16,15 @@ FinishReason = str  # "stop" | "length" | "tool_calls" | "content_filter"
 
 @dataclass(frozen=True)
 class ParsedToolCall:
-    """One invoke. `arguments` is the JSON text exactly as the official parser builds it."""
+    """One invoke. `arguments` is the JSON text exactly as the official parser builds it;
+    `repairs` names what a tolerant parse read past (spellings that are not V4.1's, ENCODING.md
+    §4.5) for a call that is nonetheless a call."""
 
     id: str
     name: str
     arguments: str
     problems: tuple[str, ...] = ()
+    repairs: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -76,6 +79,7 @@ class ParsedMessage:
             "problems": list(self.problems),
             "tool_calls": [
                 {"index": i, "id": call.id, "valid": call.valid, "problems": list(call.problems)}
+                | ({"repairs": list(call.repairs)} if call.repairs else {})
                 for i, call in enumerate(self.tool_calls)
             ],
         }

@@ -200,6 +200,7 @@ class Stage(Enum):
     PARAM_NAME = auto()
     PARAM_TYPE = auto()
     VALUE = auto()
+    UNTYPED_VALUE = auto()  # tolerant: a parameter without string="..."
     REASONING = auto()
     FINISHED = auto()
 
@@ -230,31 +231,77 @@ class Kind(Enum):
     VALUE = auto()  # payload: True for string="true" (JSON-escaped)
     VALUE_END = auto()  # payload '"' or ''
     ARGS_END = auto()  # payload '{}' or '}'
+    UNTYPED_NAME_END = auto()  # tolerant: '">' ended a parameter name with no string="..."
+    UNTYPED_VALUE = auto()  # its value, decided at its end (JSON or text)
+    UNTYPED_VALUE_END = auto()
     PIECE_END = auto()  # token mode: an added-token boundary (the official scanner's piece end)
 
 
 @dataclass(frozen=True)
 class _Markers:
-    """The literal markers, spelled for text mode or for token mode."""
+    """The literal markers, spelled for text mode or for token mode, with the DSML spelling of
+    the calls block they are in."""
 
     think_end: str
+    dsml: str
     dsml_begin: str
     dsml_end: str
     calls_end: tuple[str, ...]
     bare_dsml: str | None  # token mode: the DSML id alone, which only a tag can mean
 
     @classmethod
-    def for_mode(cls, token_mode: bool) -> _Markers:
+    def for_mode(cls, token_mode: bool, dsml: str | None = None, tolerant: bool = False) -> _Markers:
         think = THINK_END_SENTINEL if token_mode else Special.THINK_END.value
-        dsml = DSML_SENTINEL if token_mode else Special.DSML.value
-        calls_end = (f"</{dsml}tool_calls>", f"</{dsml} calls>")
-        return cls(think, "<" + dsml, "</" + dsml, calls_end, dsml if token_mode else None)
+        canonical = DSML_SENTINEL if token_mode else Special.DSML.value
+        d = dsml or canonical
+        calls_end = (f"</{d}tool_calls>", f"</{d} calls>")
+        if tolerant:
+            calls_end += (f"</{d} tool_calls>",)
+        bare = canonical if token_mode else None
+        return cls(think, d, "<" + d, "</" + d, calls_end, bare)
 
 
 Branch = tuple[object, tuple[Stage, bool], Kind, object]
 BARE_BLOCK_BEGIN = (
     "tool-call block opened by a ｜DSML｜ token that does not follow `<` (no `<`, or a stray `</`)"
 )
+# What a tolerant parse reads past (ENCODING.md §4.5), as `ParsedToolCall.repairs` names it.
+REPAIR_ASCII = 'DSML written "|DSML|" (ASCII bars)'
+REPAIR_DOUBLED = 'DSML written "｜｜DSML｜｜" (doubled bars)'
+REPAIR_SPELLED = "DSML spelled in text pieces, not its token"
+REPAIR_TOOL_CALLS = 'calls block named "tool_calls" (DeepSeek-V4) with V4.1 spacing'
+REPAIR_BARE_INVOKE = "invoke without its calls block"
+REPAIR_IN_REASONING = "calls block opened inside the reasoning"
+
+
+def repair_untyped(name: str, as_json: bool) -> str:
+    return f'parameter {name!r} without string="...": read as {"JSON" if as_json else "text"}'
+
+
+@dataclass(frozen=True)
+class _BlockOpen:
+    """How a calls block opened: the DSML spelling its tags then use, the text of the opening
+    tag still to come (`lead`), and what the opening says about the output."""
+
+    dsml: str
+    lead: str = ""
+    repair: str | None = None
+    problem: str | None = None
+    in_reasoning: bool = False
+
+
+def _dialects(token_mode: bool) -> list[tuple[str, _BlockOpen]]:
+    """(opener, how it opens a block) for the DSML spellings a tolerant parse also reads."""
+    ascii_bars, doubled, spelled = "|DSML|", "｜｜DSML｜｜", Special.DSML.value
+    found = [
+        ("<" + ascii_bars, _BlockOpen(ascii_bars, repair=REPAIR_ASCII)),
+        ("<" + doubled, _BlockOpen(doubled, repair=REPAIR_DOUBLED)),
+    ]
+    if token_mode:
+        # the DSML id with a bar written on each side; it completes with the id, before the bare id
+        found.append(("<｜" + DSML_SENTINEL, _BlockOpen(f"｜{DSML_SENTINEL}｜", "｜", REPAIR_DOUBLED)))
+        found.append(("<" + spelled, _BlockOpen(spelled, repair=REPAIR_SPELLED)))
+    return found
 
 
 def _branches(
@@ -268,10 +315,17 @@ def _branches(
 
     def add_block_begin() -> None:
         if options.parse_tool_calls:
-            add(_NewlinesThen(m.dsml_begin), Stage.BLOCK, Kind.BLOCK_BEGIN)
+            in_reasoning = stage is Stage.REASONING
+            if options.tolerant:
+                for opener, how in _dialects(m.bare_dsml is not None):
+                    how = _BlockOpen(how.dsml, how.lead, how.repair, in_reasoning=in_reasoning)
+                    add(_NewlinesThen(opener), Stage.BLOCK, Kind.BLOCK_BEGIN, how)
+            own = _BlockOpen(m.dsml, in_reasoning=in_reasoning)
+            add(_NewlinesThen(m.dsml_begin), Stage.BLOCK, Kind.BLOCK_BEGIN, own)
             if m.bare_dsml is not None:  # after "<D", which wins when the "<" is there
+                how = _BlockOpen(m.dsml, problem=BARE_BLOCK_BEGIN, in_reasoning=in_reasoning)
                 for opener in (m.dsml_end, m.bare_dsml):  # a stray closing tag, or no "<"
-                    add(_NewlinesThen(opener), Stage.BLOCK, Kind.BLOCK_BEGIN, BARE_BLOCK_BEGIN)
+                    add(_NewlinesThen(opener), Stage.BLOCK, Kind.BLOCK_BEGIN, how)
 
     if stage is Stage.CONTENT:
         if options.parse_json_output:
@@ -299,7 +353,8 @@ def _branches(
     if stage is Stage.BLOCK:
         add(_Literal('invoke name="'), Stage.NAME, Kind.CALL_BEGIN)
         for end in m.calls_end:
-            add(_Literal(end), Stage.FINISHED, Kind.BLOCK_END)
+            repair = REPAIR_TOOL_CALLS if end.endswith(" tool_calls>") else None
+            add(_Literal(end), Stage.FINISHED, Kind.BLOCK_END, repair)
         return branches, Kind.BLOCK_TEXT, None
     if stage is Stage.NAME:
         add(_Literal('"'), Stage.INVOKE, Kind.NAME_END, to_flag=True)
@@ -311,6 +366,8 @@ def _branches(
     if stage is Stage.PARAM_NAME:
         # The name, quotes included, runs to the first space and is copied as the JSON key.
         add(_Literal(" "), Stage.PARAM_TYPE, Kind.PARAM_NAME_END, ": ")
+        if options.tolerant:  # `name="x">`: no string="..." attribute
+            add(_Literal('">'), Stage.UNTYPED_VALUE, Kind.UNTYPED_NAME_END, '": ')
         return branches, Kind.PARAM_NAME, None
     if stage is Stage.PARAM_TYPE:
         add(_Literal('true">'), Stage.VALUE, Kind.TYPE_TRUE, '"', to_flag=True)
@@ -319,6 +376,9 @@ def _branches(
     if stage is Stage.VALUE:
         add(_Literal(m.dsml_end), Stage.INVOKE, Kind.VALUE_END, '"' if flag else "")
         return branches, Kind.VALUE, flag
+    if stage is Stage.UNTYPED_VALUE:
+        add(_Literal(m.dsml_end), Stage.INVOKE, Kind.UNTYPED_VALUE_END)
+        return branches, Kind.UNTYPED_VALUE, None
     return branches, Kind.AFTER_END, None  # FINISHED
 
 
@@ -330,7 +390,8 @@ class Scanner:
 
     def __init__(self, options: ParsingOptions, token_mode: bool) -> None:
         self._options = options
-        self._markers = _Markers.for_mode(token_mode)
+        self._token_mode = token_mode
+        self._markers = _Markers.for_mode(token_mode, tolerant=options.tolerant)
         if options.starts_in_tool_calls:
             start = (Stage.BLOCK, False)
         elif options.thinking and options.in_content:
@@ -386,6 +447,9 @@ class Scanner:
                         out.append((self._unmatched, buf[start : i - size], self._unmatched_payload))
                     out.append((kind, buf[i - size : i], payload))
                     start = i
+                    if kind is Kind.BLOCK_BEGIN and payload.dsml != self._markers.dsml:
+                        tolerant = self._options.tolerant
+                        self._markers = _Markers.for_mode(self._token_mode, payload.dsml, tolerant)
                     self._enter(to_stage, to_flag)
                     break
             else:
@@ -452,6 +516,8 @@ class _Call:
         self.leading_gap = True
         self.param_name: list[str] = []
         self.type_gap: list[str] = []
+        self.untyped: list[str] = []  # tolerant: a value without string="...", until its end
+        self.repairs: list[str] = []
 
 
 class StreamParser:
@@ -482,6 +548,11 @@ class StreamParser:
         self._space_run = False  # json_object: a run of blanked text already gave its space
         self._block_entered = self.options.starts_in_tool_calls
         self._block_closed = False
+        self._block_complete = False
+        self._dsml = _Markers.for_mode(False).dsml  # the block's DSML spelling (set when it opens)
+        self._block_lead = ""
+        self._block_repairs: list[str] = []
+        self._bare_invokes = False  # tolerant: the block opened with an invoke, no calls tag
         self._block_gap: list[str] = []
         self._block_first_gap = True
         self._after_end: list[str] = []
@@ -494,6 +565,7 @@ class StreamParser:
         if self._scanner is None:
             self._token_mode = token_mode
             self._scanner = Scanner(self.options, token_mode)
+            self._dsml = _Markers.for_mode(token_mode).dsml
         elif self._token_mode != token_mode:
             raise EncodingError("a StreamParser takes either text pieces or token ids, not both")
         if self._flushed:
@@ -543,7 +615,9 @@ class StreamParser:
         if self._pending_name is not None:
             name = _snippet("".join(self._pending_name))
             problems.append(f"a tool call cut off inside its name was dropped: {name}")
-        if self._block_entered and not self._block_closed:
+        # Invokes without a calls tag end with the output (tolerant), unless it was cut off.
+        self._block_complete = self._block_closed or (self._bare_invokes and not truncated)
+        if self._block_entered and not self._block_complete:
             problems.append(
                 "tool-call block not closed" + (" (output truncated at max_tokens)" if truncated else "")
             )
@@ -567,19 +641,25 @@ class StreamParser:
         """The calls block has been closed: every call in it is final, nothing after it counts."""
         return self._block_closed
 
+    @property
+    def calls_block_complete(self) -> bool:
+        """After `finish`: the calls block closed, or (tolerant) its invokes came without a calls
+        tag and the output ended after them."""
+        return self._block_complete
+
     def closed_calls(self) -> tuple[ParsedToolCall, ...]:
         """The calls whose invoke has closed so far, with their problems (all of them once
         `calls_block_closed`); lets a streaming consumer release calls before `finish`."""
         return tuple(self._parsed_call(call, False) for call in self._calls if call.closed)
 
-    @staticmethod
-    def _parsed_call(call: _Call, truncated: bool) -> ParsedToolCall:
+    def _parsed_call(self, call: _Call, truncated: bool) -> ParsedToolCall:
         arguments = "".join(call.arguments)
         problems = list(call.problems)
         if not call.closed:
             problems.append("call truncated at max_tokens" if truncated else "unclosed invoke")
         problems += _argument_problems(arguments)
-        return ParsedToolCall(call.id, call.name, arguments, tuple(problems))
+        repairs = tuple(dict.fromkeys([*self._block_repairs, *call.repairs]))
+        return ParsedToolCall(call.id, call.name, arguments, tuple(problems), repairs)
 
     # -- segments -> deltas --------------------------------------------------------------------
 
@@ -589,19 +669,29 @@ class StreamParser:
     def _check_block_gap(self, gap: str) -> None:
         if not gap:
             return
-        d = DSML_SENTINEL if self._token_mode else Special.DSML.value
+        d = re.escape(self._dsml)
+        names = " calls|tool_calls| tool_calls" if self.options.tolerant else " calls|tool_calls"
         pattern = (
-            rf"(?:(?: calls|tool_calls)>)?\s*(?:<{re.escape(d)} ?)?"
+            rf"{re.escape(self._block_lead)}(?:(?:{names})>)?\s*(?:<{d} ?)?"
             if self._block_first_gap
-            else rf" ?invoke>\s*(?:<{re.escape(d)} ?)?"
+            else rf" ?invoke>\s*(?:<{d} ?)?"
         )
         if not re.fullmatch(pattern, gap):
             self._problems.append(f"ignored text in the tool-call block: {_snippet(gap)}")
 
+    def _note_block_opening(self, gap: str) -> None:
+        """Tolerant: what the text between the block's opening and its first invoke says."""
+        tag = gap[len(self._block_lead) :]
+        if tag.startswith(" tool_calls>"):
+            self._block_repairs.append(REPAIR_TOOL_CALLS)
+        elif not tag.startswith((" calls>", "tool_calls>")):
+            self._bare_invokes = True
+            self._block_repairs.append(REPAIR_BARE_INVOKE)
+
     def _check_invoke_gap(self, call: _Call) -> None:
         gap = "".join(call.gap)
         call.gap.clear()
-        d = re.escape(DSML_SENTINEL if self._token_mode else Special.DSML.value)
+        d = re.escape(self._dsml)
         pattern = rf">\s*(?:<{d} ?)?" if call.leading_gap else rf" ?parameter>\s*(?:<{d} ?)?"
         call.leading_gap = False
         if not re.fullmatch(pattern, gap):
@@ -629,18 +719,27 @@ class StreamParser:
                 pass
             elif kind is Kind.BLOCK_BEGIN:
                 self._block_entered = True
-                if payload is BARE_BLOCK_BEGIN:
-                    self._problems.append(BARE_BLOCK_BEGIN)
+                self._dsml, self._block_lead = payload.dsml, payload.lead
+                if payload.problem is not None:
+                    self._problems.append(payload.problem)
+                if self.options.tolerant:
+                    notes = [payload.repair, REPAIR_IN_REASONING if payload.in_reasoning else None]
+                    self._block_repairs += [note for note in notes if note is not None]
             elif kind is Kind.BLOCK_TEXT:
                 self._block_gap.append(text)
             elif kind is Kind.CALL_BEGIN or kind is Kind.BLOCK_END:
-                self._check_block_gap("".join(self._block_gap))
+                gap = "".join(self._block_gap)
+                self._check_block_gap(gap)
+                if self.options.tolerant and self._block_first_gap and kind is Kind.CALL_BEGIN:
+                    self._note_block_opening(gap)
                 self._block_gap.clear()
                 self._block_first_gap = False
                 if kind is Kind.CALL_BEGIN:
                     self._pending_name = []
                 else:
                     self._block_closed = True
+                    if payload is not None:
+                        self._block_repairs.append(payload)
             elif kind is Kind.AFTER_END:
                 self._after_end.append(text)
             elif kind is Kind.NAME:
@@ -695,6 +794,19 @@ class StreamParser:
                 piece = _json_escape(piece)
         elif kind is Kind.VALUE_END:
             piece = str(payload)
+        elif kind is Kind.UNTYPED_NAME_END:
+            name = "".join(call.param_name) + '"'
+            if len(name) < 2 or name[0] != '"' or '"' in name[1:-1]:
+                call.problems.append(f"parameter name {name!r} is not a quoted name")
+            piece = str(payload)
+        elif kind is Kind.UNTYPED_VALUE:
+            call.untyped.append(self._text(text))
+        elif kind is Kind.UNTYPED_VALUE_END:
+            value = "".join(call.untyped)
+            call.untyped.clear()
+            as_json = not _argument_problems(value)
+            call.repairs.append(repair_untyped("".join(call.param_name)[1:], as_json))
+            piece = value if as_json else f'"{_json_escape(value)}"'
         deltas: list[Delta] = []
         if piece:
             call.arguments.append(piece)

@@ -25,7 +25,9 @@ Script content is text whose special spellings become their ids (`script_ids`), 
 `RenderedCalls`: an answer with tool calls as our V4.1 encoder renders them, ids as a model
 writes them (DSML tags as special ids, argument text as plain text even where it spells a
 special token). The `args-*`, `broken-calls`, `unclosed-block` and `bare-dsml` scripts feed the
-server adversarial argument values and malformed calls (tests/integration/test_served_tool_calls.py).
+server adversarial argument values and malformed calls (tests/integration/test_served_tool_calls.py);
+`TOLERATED_SCRIPTS` / `AMBIGUOUS_SCRIPTS` write calls in spellings besides V4.1's
+(tests/integration/test_served_tolerant.py).
 
 The checkpoint (`write_scripted_checkpoint`) is config.json (architecture
 `DeepseekV41ScriptedForCausalLM`, scripts as token ids), the real V4.1 tokenizer, and one
@@ -262,6 +264,62 @@ ADVERSARIAL_SCRIPTS = (
 )
 
 
+# Calls in the spellings models write besides V4.1's (a tolerant parse reads them, ENCODING.md
+# §4.5), and two it cannot read for sure (tests/integration/test_served_tolerant.py).
+def _weather_block(d: str = "｜DSML｜", name: str = " calls", close: str | None = None) -> str:
+    """get_weather(city=Paris, unit=c) with its DSML tags spelled `d` (the special spelling
+    `｜DSML｜` becomes the DSML id, so `｜｜DSML｜｜` is that id with a bar on each side)."""
+    return (
+        f'\n\n<{d}{name}>\n<{d} invoke name="get_weather">\n'
+        f'<{d} parameter name="city" string="true">Paris</{d} parameter>\n'
+        f'<{d} parameter name="unit" string="true">c</{d} parameter>\n'
+        f"</{d} invoke>\n</{d}{name if close is None else close}>"
+    )
+
+
+_D = "｜DSML｜"
+TOLERATED_SCRIPTS = (
+    Script("v4-name-v41-spacing", "[script:v4-name-spaced]", "Call it.", _weather_block(name=" tool_calls")),
+    Script("ascii-dsml", "[script:ascii-dsml]", "Call it.", _weather_block("|DSML|")),
+    Script("doubled-dsml", "[script:doubled-dsml]", "Call it.", _weather_block("｜｜DSML｜｜")),
+    Script(
+        "bare-invoke",
+        "[script:bare-invoke]",
+        "Call it.",
+        _weather_block().removeprefix("\n\n<｜DSML｜ calls>\n").removesuffix("\n</｜DSML｜ calls>"),
+    ),
+    Script(
+        "untyped-parameters",
+        "[script:untyped-parameters]",
+        "Call it.",
+        _weather_block().replace(' string="true"', ""),
+    ),
+    Script("calls-in-reasoning", "[script:calls-in-reasoning]", "I call it now." + _weather_block(), ""),
+    Script(
+        "wrapped-arguments",
+        "[script:wrapped-arguments]",
+        "Call it.",
+        f'\n\n<{_D} calls>\n<{_D} invoke name="get_weather">\n<{_D} parameter name="arguments" '
+        f'string="false">{{"city": "Paris", "unit": "c"}}</{_D} parameter>\n</{_D} invoke>\n</{_D} calls>',
+    ),
+)
+AMBIGUOUS_SCRIPTS = (
+    # opened in ASCII bars, closed with the DSML id: which spelling is the block's?
+    Script(
+        "mixed-dsml",
+        "[script:mixed-dsml]",
+        "Call it.",
+        _weather_block("|DSML|").replace("</|DSML| calls>", f"</{_D} calls>"),
+    ),
+    Script(
+        "wrapped-misfit",
+        "[script:wrapped-misfit]",
+        "Call it.",
+        f'\n\n<{_D} calls>\n<{_D} invoke name="get_weather">\n<{_D} parameter name="arguments" '
+        f'string="false">{{"town": "Paris"}}</{_D} parameter>\n</{_D} invoke>\n</{_D} calls>',
+    ),
+)
+
 # Long reasoning before a text, JSON or call answer (the thinking token budget's tests).
 PONDER_TEXT_TRIGGER = "[script:ponder-text]"
 PONDER_JSON_TRIGGER = "[script:ponder-json]"
@@ -320,6 +378,8 @@ DEFAULT_SCRIPTS = (
     ),
     *ADVERSARIAL_SCRIPTS,
     *PONDER_SCRIPTS,
+    *TOLERATED_SCRIPTS,
+    *AMBIGUOUS_SCRIPTS,
     Script("default", None, "A greeting; I answer briefly.", "Hello! I am the scripted test model."),
 )
 

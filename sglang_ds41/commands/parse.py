@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--required", action="store_true", help="the prompt opened the calls block (tool_choice required)"
     )
     parser.add_argument("--json-output", action="store_true", help="response_format json_object")
+    parser.add_argument(
+        "--tolerant",
+        action="store_true",
+        help="also read call spellings besides V4.1's, as the server does (docs/ENCODING.md §4.5)",
+    )
     parser.add_argument("--finish-reason", choices=["stop", "length"], default="stop")
     parser.add_argument("--seed", type=int, help="make tool-call ids reproducible")
 
@@ -58,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         parse_tool_calls=args.tools or args.required,
         starts_in_tool_calls=args.required,
         parse_json_output=args.json_output,
+        tolerant=args.tolerant,
     )
     ids_source = random_tool_call_id if args.seed is None else seeded_tool_call_ids(args.seed)
     raw = _read(args.file)

@@ -22,8 +22,13 @@ the `delta` of a streamed chunk. The field is absent when there is none. A call 
 its arguments are not a JSON object (e.g. broken `string="false"` text), its tags carry
 attributes or text the format does not have, the output ended inside it (`max_tokens`: "call
 truncated at max_tokens"), or its calls block never closed. `finish_reason` is `tool_calls`
-whenever the model ended its turn with calls, valid or not (`length` when it was cut off). The
-DSML of any call stays out of `content`.
+exactly when `tool_calls` holds a call (`stop` for a turn whose only calls are malformed;
+`length` when it was cut off). The DSML of any call stays out of `content`.
+
+The parse is tolerant (docs/ENCODING.md §4.5): call spellings besides V4.1's whose meaning is
+clear are calls, each with a `repairs` list naming what was read past, added to its entry in
+`tool_calls` (one-shot: the message; streamed: the chunk that carries the call) and in
+`invalid_tool_calls`.
 
 Everything else is SGLang's: the request handling, where parsing starts (thinking, prefix
 continuation, quick-instruction tasks), the call ids, the SSE framing (`token_output_sse_chunks`)
@@ -53,6 +58,7 @@ from sglang.srt.parser.deepseek_recipe_renderer import load_deepseek_recipe
 from sglang.srt.runtime_context import get_serving
 from starlette.responses import Response
 
+from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
 
@@ -61,10 +67,13 @@ ADAPTER = f"{MODULE}.DeepSeekRecipeChatEncodingAdapter"
 CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 SPEC = "dsv41"
 FIELD = "invalid_tool_calls"
+REPAIRS = "repairs"  # per call: what a tolerant parse read past (docs/ENCODING.md §4.5)
 JSON_RESPONSE_FORMATS = ("json_object", "json_schema")
 
-# The invalid calls of each choice `parse_chat_response` parsed inside one `_build_chat_response`.
-_COLLECTED: contextvars.ContextVar[list[list[dict[str, Any]]] | None] = contextvars.ContextVar(
+# The invalid calls and the repairs (by call index) of each choice `parse_chat_response` parsed
+# inside one `_build_chat_response`.
+Collected = list[tuple[list[dict], dict[int, list[str]]]]
+_COLLECTED: contextvars.ContextVar[Collected | None] = contextvars.ContextVar(
     "sglang_ds41_invalid_tool_calls", default=None
 )
 
@@ -106,6 +115,7 @@ def parsing_options(adapter: Any, request: Any) -> ParsingOptions:
         # SGLang enforces required/named choices with its grammar; the prompt opens no block.
         starts_in_tool_calls=False,
         parse_json_output=response_format is not None and response_format.type in JSON_RESPONSE_FORMATS,
+        tolerant=True,
     )
 
 
@@ -121,6 +131,7 @@ def new_output(adapter: Any, request: Any) -> ServedOutput:
         separate_reasoning=adapter._separate_reasoning and request.separate_reasoning,
         stream_reasoning=request.stream_reasoning,
         stops=stop_strings(request.stop),
+        declared=wrapped_arguments.declared_parameters(request.tools),
     )
 
 
@@ -172,8 +183,14 @@ def _invalid_entries(adapter: Any, calls: list[ServedCall], first_index: int, hi
             "function": {"name": call.name, "arguments": call.arguments},
             "error": call.error,
         }
+        | ({REPAIRS: list(call.repairs)} if call.repairs else {})
         for index, call in enumerate(calls, first_index)
     ]
+
+
+def _repairs(calls: list[ServedCall], first_index: int) -> dict[int, list[str]]:
+    """The repairs of `calls` by their `tool_calls` index (only calls that have any)."""
+    return {index: list(call.repairs) for index, call in enumerate(calls, first_index) if call.repairs}
 
 
 def _history(adapter: Any, request: Any, step: Step) -> int:
@@ -199,8 +216,8 @@ def parse_chat_response(original, self, **kwargs):
     history = _history(self, request, step)
     collected = _COLLECTED.get()
     if collected is not None:
-        collected.append(_invalid_entries(self, step.invalid_calls, 0, history))
-    if (step.calls or step.invalid_calls) and finish_reason["type"] == "stop":
+        collected.append((_invalid_entries(self, step.invalid_calls, 0, history), _repairs(step.calls, 0)))
+    if step.calls and finish_reason["type"] == "stop":
         finish_reason = {**finish_reason, "type": "tool_calls", "matched": None}
     tool_calls = _tool_calls(self, step.calls, 0, history) or None
     return step.reasoning or None, step.content, tool_calls, finish_reason
@@ -236,7 +253,7 @@ def stream_chat_chunks(original, self, **kwargs):
         finish_reason = {"type": finish_reason_type, "matched": matched}
     step = next_step(state.output, content, finish_reason, keep_matched_stop=request.no_stop_trim)
     history = _history(self, request, step)
-    if step.calls or step.invalid_calls:
+    if step.calls:
         kwargs["has_tool_calls"][index] = True  # upstream's finish chunk then says tool_calls
     meta = content["meta_info"]
     chunks = token_output_sse_chunks(
@@ -250,6 +267,8 @@ def stream_chat_chunks(original, self, **kwargs):
         content=step.content,
         tool_calls=_tool_calls(self, step.calls, state.calls_sent, history),
     )
+    if any(call.repairs for call in step.calls):
+        chunks = _with_repairs(chunks, _repairs(step.calls, state.calls_sent))
     state.calls_sent += len(step.calls)
     if step.invalid_calls:
         entries = _invalid_entries(self, step.invalid_calls, state.invalid_sent, history)
@@ -270,23 +289,44 @@ def _invalid_chunk(entries: list[dict], chunk_id: str, created: int, model: str,
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
+def _with_repairs(chunks: list[str], repairs: dict[int, list[str]]) -> list[str]:
+    """SSE chunks with each repaired call's `repairs` added to its `tool_calls` entry (SGLang's
+    ToolCall has no such field)."""
+    out = []
+    for chunk in chunks:
+        body = json.loads(chunk.removeprefix("data: ")) if '"tool_calls"' in chunk else None
+        entries = body["choices"][0]["delta"].get("tool_calls") if body else None
+        if not entries:
+            out.append(chunk)
+            continue
+        for entry in entries:
+            if entry.get("index") in repairs:
+                entry[REPAIRS] = repairs[entry["index"]]
+        out.append(f"data: {json.dumps(body, ensure_ascii=False)}\n\n")
+    return out
+
+
 def build_chat_response(original, self, *args, **kwargs):
     """AROUND `OpenAIServingChat._build_chat_response`: the invalid calls our parser found go
-    into each choice's message as `invalid_tool_calls`."""
+    into each choice's message as `invalid_tool_calls`, the repairs of a tolerant parse into
+    their calls' `repairs`."""
     token = _COLLECTED.set([])
     try:
         response = original(self, *args, **kwargs)
         collected = _COLLECTED.get()
     finally:
         _COLLECTED.reset(token)
-    if not any(collected):
+    if not any(invalid or repairs for invalid, repairs in collected):
         return response
     if not isinstance(response, ChatCompletionResponse):
         return response  # an error response
     body = json.loads(response.model_dump_json(by_alias=True))
-    for choice, invalid in zip(body["choices"], collected, strict=False):
+    for choice, (invalid, repairs) in zip(body["choices"], collected, strict=False):
         if invalid:
             choice["message"][FIELD] = invalid
+        for entry in choice["message"].get("tool_calls") or []:
+            if entry.get("index") in repairs:
+                entry[REPAIRS] = repairs[entry["index"]]
     return Response(content=json.dumps(body, ensure_ascii=False), media_type="application/json")
 
 

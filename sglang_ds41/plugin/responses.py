@@ -24,6 +24,7 @@ from typing import Any
 
 from sglang.srt.function_call.core_types import ToolCallItem
 
+from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.plugin.parsers import ADAPTER, next_step, ours, stop_strings
 from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
@@ -42,13 +43,16 @@ def _output(adapter: Any, kwargs: dict[str, Any]) -> ServedOutput:
     arguments: where the output starts (the reasoning decision), calls on or off, reasoning
     apart or not, the request's stop strings."""
     options = ParsingOptions(
-        thinking=bool(kwargs["require_reasoning"]), parse_tool_calls=bool(kwargs["parse_tool_calls"])
+        thinking=bool(kwargs["require_reasoning"]),
+        parse_tool_calls=bool(kwargs["parse_tool_calls"]),
+        tolerant=True,
     )
     return ServedOutput(
         options,
         tokenizer=adapter.deepseek_recipe.hf_tokenizer,
         separate_reasoning=kwargs["separate_reasoning"],
         stops=stop_strings(kwargs["request"].stop),
+        declared=wrapped_arguments.declared_parameters(kwargs["request"].tools),
     )
 
 

@@ -19,6 +19,9 @@ serving hooks (`plugin/parsers.py`) stay thin and this part is tested on its own
 * **Stops stay the engine's.** The engine matches stop strings on its own text and stop ids on
   its ids; ids a stop string may still begin in are held back until the engine rules the stop
   out, and `finish` cuts the matched stop (unless it is to be kept) before parsing it.
+* **Tolerant, when the options say so** (every served parse does): the call spellings of
+  docs/ENCODING.md §4.5 are calls with their `repairs`; with the request's declared tool
+  parameters (`declared`) a spurious `{"arguments": ...}` wrapper is unwrapped too.
 * **Reasoning routing as SGLang's request fields ask**: `separate_reasoning=False` returns the
   reasoning as content, `stream_reasoning=False` holds it back until the answer starts.
 """
@@ -27,9 +30,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.parsed import ParsedToolCall
 from sglang_ds41.encoding.prompt_ids import text_tokenizer_of
@@ -85,7 +89,8 @@ class ServedOutput:
     `tokenizer` is the served `tokenizers.Tokenizer`; `stops` are the request's stop strings;
     `encode_text` turns plain text back into ids without the added vocabulary (only used to
     re-encode the few characters before a matched stop string; by default the tokenizer's own
-    text runs, ENCODING.md §1.3).
+    text runs, ENCODING.md §1.3); `declared` maps the request's tools to their declared
+    parameters, for a tolerant parse's unwrapping of `{"arguments": ...}` (`wrapped_arguments`).
     """
 
     def __init__(
@@ -97,8 +102,10 @@ class ServedOutput:
         stream_reasoning: bool = True,
         stops: Sequence[str] = (),
         encode_text: Callable[[str], list[int]] | None = None,
+        declared: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         self._tokenizer = tokenizer
+        self._declared = declared or {}
         self._encode_text = encode_text or functools.partial(_encode_text_runs, tokenizer)
         # Ids come from the server's own id scheme; the parser's are not used.
         self._parser = StreamParser(options, tokenizer=tokenizer, tool_call_id=lambda index: "")
@@ -159,7 +166,7 @@ class ServedOutput:
         step = self._step(deltas + held, final=True)
         if not self._released:
             self._released = True
-            closed = self._parser.calls_block_closed
+            closed = self._parser.calls_block_complete
             why = BLOCK_NOT_CLOSED + (" (output truncated at max_tokens)" if truncated else "")
             self._add_calls(step, message.tool_calls, block_closed=closed, cut_name=message.cut_call_name,
                             why=why, truncated=truncated)
@@ -224,6 +231,8 @@ class ServedOutput:
             step.reasoning += "".join(self._held_reasoning)
             self._held_reasoning.clear()
         extra = () if block_closed else (why,)
+        if self._declared:
+            calls = [wrapped_arguments.unwrap(call, self._declared) for call in calls]
         served = [ServedCall.of(call, i, extra) for i, call in enumerate(calls)]
         if cut_name is not None:
             cut = CUT_IN_NAME + (" at max_tokens" if truncated else "")

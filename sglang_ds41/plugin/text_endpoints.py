@@ -23,16 +23,17 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.special_tokens import Special
 from sglang_ds41.plugin.parsers import ADAPTER, v41_adapter
 from sglang_ds41.plugin.served_output import ServedOutput, Step
 
 
-def _parse(adapter: Any, ids: list[int], options: ParsingOptions) -> Step:
+def _parse(adapter: Any, ids: list[int], options: ParsingOptions, declared=None) -> Step:
     """The ids as one finished choice, read as chat reads it (`ServedOutput`)."""
     tokenizer = adapter.deepseek_recipe.hf_tokenizer
-    return ServedOutput(options, tokenizer=tokenizer).finish(ids, "stop")
+    return ServedOutput(options, tokenizer=tokenizer, declared=declared).finish(ids, "stop")
 
 
 def _ids(adapter: Any, text: str) -> list[int]:
@@ -58,7 +59,7 @@ def separate_reasoning_text(original, self, text: str):
     opened = ids[:1] == [Special.THINK_START.id]
     if opened:
         ids = ids[1:]
-    step = _parse(self, ids, ParsingOptions(thinking=opened or Special.THINK_END.id in ids))
+    step = _parse(self, ids, ParsingOptions(thinking=opened or Special.THINK_END.id in ids, tolerant=True))
     return step.reasoning, step.content
 
 
@@ -68,7 +69,8 @@ def parse_function_call_text(original, self, text: str, tools: list):
         return original(self, text, tools)
     from sglang.srt.function_call.core_types import ToolCallItem
 
-    step = _parse(self, _ids(self, text), ParsingOptions(thinking=False, parse_tool_calls=True))
+    options = ParsingOptions(thinking=False, parse_tool_calls=True, tolerant=True)
+    step = _parse(self, _ids(self, text), options, wrapped_arguments.declared_parameters(tools))
     indices = {tool.function.name: i for i, tool in enumerate(tools)}
     calls = []
     for call in sorted([*step.calls, *step.invalid_calls], key=lambda c: c.position):

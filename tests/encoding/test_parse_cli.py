@@ -67,3 +67,16 @@ def test_bad_input_is_a_clear_error():
     assert "--ids expects a JSON list of token ids" in done.stderr and "Traceback" not in done.stderr
     missing = cli("/no/such/file.txt")
     assert missing.returncode == 2 and "cannot read completion file" in missing.stderr
+
+
+def test_tolerant_reads_the_ascii_spelling_as_the_call_and_says_so():
+    ascii_bars = COMPLETION.replace(D, "|DSML|")
+    plain = json.loads(cli("--tools", stdin=ascii_bars).stdout)
+    assert plain["message"]["content"].startswith("Let me check.\n\n<|DSML| calls>")  # the official reading
+    done = cli("--tools", "--tolerant", stdin=ascii_bars)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["message"]["content"] == "Let me check."
+    (call,) = out["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert out["tool_calls"][0]["repairs"] == ['DSML written "|DSML|" (ASCII bars)']

@@ -37,19 +37,25 @@ def client(scripted_server) -> openai.OpenAI:
     return openai.OpenAI(base_url=scripted_server.openai_url, api_key="unused", timeout=300, max_retries=0)
 
 
-def ask(client, trigger: str, *, stream: bool, **kwargs) -> dict[str, Any]:
-    """The assistant message (plus finish_reason) as the client sees it, streamed or not."""
+def ask(client, trigger: str, *, stream: bool, tools=TOOLS, **kwargs) -> dict[str, Any]:
+    """The assistant message (plus finish_reason) as the client sees it, streamed or not; each
+    call with the `repairs` the server noted (a tolerant parse's, docs/ENCODING.md §4.5)."""
     messages = [{"role": "user", "content": f"{trigger} go"}]
     if not stream:
         choice = client.chat.completions.create(
-            model="default", messages=messages, tools=TOOLS, **kwargs
+            model="default", messages=messages, tools=tools, **kwargs
         ).choices[0]
         message = choice.message
         return {
             "content": message.content,
             "reasoning": (message.model_extra or {}).get("reasoning_content"),
             "tool_calls": [
-                {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+                {
+                    "id": c.id,
+                    "name": c.function.name,
+                    "arguments": c.function.arguments,
+                    "repairs": (c.model_extra or {}).get("repairs", []),
+                }
                 for c in message.tool_calls or []
             ],
             "invalid": (message.model_extra or {}).get("invalid_tool_calls", []),
@@ -57,7 +63,7 @@ def ask(client, trigger: str, *, stream: bool, **kwargs) -> dict[str, Any]:
         }
     content, reasoning, calls, invalid, finish = [], [], {}, [], None
     for chunk in client.chat.completions.create(
-        model="default", messages=messages, tools=TOOLS, stream=True, **kwargs
+        model="default", messages=messages, tools=tools, stream=True, **kwargs
     ):
         for choice in chunk.choices:
             delta = choice.delta
@@ -66,10 +72,11 @@ def ask(client, trigger: str, *, stream: bool, **kwargs) -> dict[str, Any]:
             reasoning.append(extra.get("reasoning_content") or "")
             invalid += extra.get("invalid_tool_calls") or []
             for call in delta.tool_calls or []:
-                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": "", "repairs": []})
                 slot["id"] += call.id or ""
                 slot["name"] += call.function.name or ""
                 slot["arguments"] += call.function.arguments or ""
+                slot["repairs"] += (call.model_extra or {}).get("repairs", [])
             finish = choice.finish_reason or finish
     return {
         "content": "".join(content),
@@ -155,6 +162,8 @@ def test_an_unclosed_calls_block_arrives_flagged(answers, stream):
     [call] = message["invalid"]
     assert call["function"] == {"name": "echo", "arguments": '{"value": "x"}'}
     assert call["error"] == "tool-call block not closed"
+    # no call to run: the turn ended as an answer would (docs/ENCODING.md §4.4)
+    assert message["finish_reason"] == "stop"
     assert_no_dsml(message)
 
 
