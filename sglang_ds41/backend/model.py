@@ -37,9 +37,10 @@ sampled (its logit is masked).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -68,6 +69,7 @@ DTYPE_ENV = "SGLANG_DS41_DTYPE"
 # layer 0, and its K rows hold each slot's full-side row (token id, compressed-entry pieces).
 WINDOW_POOL_FULL_LAYER = 0
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+SMALL_FORWARD_TOKENS = 16  # forwards this small run on one thread (`one_thread_for_small`)
 
 
 class BackendError(Ds41Error):
@@ -175,6 +177,23 @@ class DeepseekV41Model(nn.Module):
         )
         rows, _ = self.hasher.extend(history, input_ids, torch.tensor([s.length for s in spans]))
         return rows
+
+
+@contextlib.contextmanager
+def one_thread_for_small(tokens: int) -> Iterator[None]:
+    """A forward of at most SMALL_FORWARD_TOKENS tokens (decode steps) runs on one torch thread:
+    its ops take microseconds, so OpenMP's fork and join cost more than they save, and a
+    thread that waits on a core held by another process (SGLang's tokenizer, detokenizer,
+    another rank) stalls every op (a tiny-model step took 40x longer on two loaded cores)."""
+    threads = torch.get_num_threads()
+    if tokens > SMALL_FORWARD_TOKENS or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def refuse_gpu_device(device: str) -> None:
@@ -345,6 +364,10 @@ class DeepseekV41ForCausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch, *args, **kwargs):
+        with one_thread_for_small(input_ids.numel()):
+            return self._forward(input_ids, positions, forward_batch)
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch):
         if input_ids.numel() == 0:
             from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 

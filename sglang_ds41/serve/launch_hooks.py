@@ -4,7 +4,9 @@ They run from `_pythonpath/sitecustomize.py` (the serve command puts that folder
 PYTHONPATH, and SGLang's scheduler, detokenizer and TP ranks inherit it), before SGLang is
 imported, so each patch waits for its target module with an import hook.
 
-* On a CPU-only machine (`SGLANG_USE_CPU_ENGINE=1`): the `sgl_kernel` CPU-op shim (`cpu/`).
+* On a CPU-only machine (`SGLANG_USE_CPU_ENGINE=1`): the `sgl_kernel` CPU-op shim (`cpu/`), and
+  each rank bound to its cores with one torch thread per core (`cpu/threads.py`), which SGLang
+  does only with sgl-kernel's AMX / arm64 build.
 * Always: keep our architecture names. SGLang 0.5.23 maps a `deepseek_v41` config whose
   architectures are exactly `["DeepseekV41ForCausalLM"]` to its own CUDA-only
   `DeepseekV4ForCausalLM` (`normalize_deepseek_v41_config` in `srt/configs/deepseek_v41.py`);
@@ -36,6 +38,7 @@ from sglang_ds41.backend.architectures import OUR_ARCHITECTURES, V41
 V41_CONFIG_MODULE = "sglang.srt.configs.deepseek_v41"
 MM_PROCESSOR_MODULE = "sglang.srt.managers.multimodal_processor"
 MODEL_CONFIG_MODULE = "sglang.srt.configs.model_config"
+BOOTSTRAP_MODULE = "sglang.srt.distributed.bootstrap"
 
 
 def keep_architectures(normalize: Callable[[dict], dict]) -> Callable[[dict], dict]:
@@ -123,6 +126,22 @@ def _patch_model_config(module: ModuleType) -> None:
     module.ModelConfig.__init__ = __init__
 
 
+def _patch_cpu_threads(module: ModuleType) -> None:
+    """Without sgl-kernel's AMX / arm64 build, SGLang's per-rank core binding is a warning:
+    bind the rank ourselves (`cpu.threads.bind`)."""
+    init = module._init_cpu_threads_env
+
+    def _init_cpu_threads_env(*, local_omp_cpuid=None, dist_init_method=None):
+        if module._is_cpu_amx_available or module._is_cpu_arm64:
+            return init(local_omp_cpuid=local_omp_cpuid, dist_init_method=dist_init_method)
+        from sglang_ds41.serve.cpu.threads import bind
+
+        bind(local_omp_cpuid)
+
+    _init_cpu_threads_env.__wrapped__ = init
+    module._init_cpu_threads_env = _init_cpu_threads_env
+
+
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     V41_CONFIG_MODULE: _patch_v41_config,
     MM_PROCESSOR_MODULE: _patch_mm_processor,
@@ -161,11 +180,13 @@ def install() -> None:
     """Install the patches this process needs (idempotent; cheap: imports nothing heavy)."""
     if any(isinstance(f, _AfterImport) for f in sys.meta_path):
         return
+    patches = dict(PATCHES)
     if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
         from sglang_ds41.serve import cpu
 
         cpu.install()
-    for name, patch in PATCHES.items():
+        patches[BOOTSTRAP_MODULE] = _patch_cpu_threads
+    for name, patch in patches.items():
         if name in sys.modules:
             patch(sys.modules[name])
         else:
