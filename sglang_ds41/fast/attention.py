@@ -35,10 +35,8 @@ from sglang_ds41.model.selection import Candidates, select_rows
 from . import quant
 from .rope import norm_rotate, rms_norm, rotate
 
-# Query rows per block of the union attention, and the most scores [rows, heads, union] it
-# holds at once (16 MiB in float32).
+# Query rows per block of the union attention.
 DENSE_ROWS = 256
-DENSE_SCORES = 1 << 22
 
 
 def project(
@@ -153,61 +151,83 @@ def attend(
     attn: Attention, projected: Projected, chunks: Chunks, view: StateView, ids: torch.Tensor
 ) -> torch.Tensor:
     """`attn.attend(projected, chunks, view, ids)`: the pool is the window rows, then the entries
-    any token picked (decoded once), in entry order."""
+    picked (decoded once, in entry order), or all the batch's entries when the picks are as
+    many (a prefill): then the ids need no renumbering."""
     n_window = int(chunks.window_offsets(attn.window)[-1])
     pool = view.window()  # [n_window, Dh]
-    top = int(ids.max()) + 1 if ids.numel() else 0
-    if top > n_window:
-        present = torch.zeros(top - n_window, dtype=torch.bool)
-        entries = ids - n_window
-        present[entries[entries >= 0]] = True
-        wanted = present.nonzero().flatten()
-        pool = torch.cat([pool, view.rows(wanted).to(pool.dtype)])  # [n_window + U, Dh]
-        rank = torch.cat([torch.arange(n_window), n_window + present.cumsum(0) - 1])
-        ids = torch.where(ids >= 0, rank[ids.clamp(min=0)], -1)
-    o = attention(projected.q, pool, ids, attn.attn_sink, attn.softmax_scale)  # [T, H, Dh]
+    if ids.shape[1] > attn.window and ids.numel():  # entry columns after the window's
+        entries = ids[:, attn.window :] - n_window  # [T, k] entry rows, < 0 = none
+        n_entries = int(chunks.entry_offsets(attn.ratio)[-1])
+        if entries.numel() >= n_entries:
+            pool = torch.cat([pool, view.rows(torch.arange(n_entries)).to(pool.dtype)])
+        else:
+            present = torch.zeros(n_entries, dtype=torch.bool)
+            present[entries[entries >= 0]] = True
+            pool = torch.cat([pool, view.rows(present.nonzero().flatten()).to(pool.dtype)])
+            rank = n_window + present.cumsum(0) - 1
+            ids = torch.cat(
+                [ids[:, : attn.window], torch.where(entries >= 0, rank[entries.clamp(min=0)], -1)], 1
+            )
+    o = attention(projected.q, pool, ids, attn.attn_sink, attn.softmax_scale, attn.window)  # [T, H, Dh]
     return project_out(attn, o, chunks.positions)
 
 
 def attention(
-    q: torch.Tensor, pool: torch.Tensor, ids: torch.Tensor, sink: torch.Tensor, scale: float
+    q: torch.Tensor, pool: torch.Tensor, ids: torch.Tensor, sink: torch.Tensor, scale: float, window: int
 ) -> torch.Tensor:
-    """`attention.sparse_attention(q, pool, ids, sink, scale)`, block by block of query rows:
-    a block whose tokens share their rows attends the union of them (one masked GEMM)."""
+    """`attention.sparse_attention(q, pool, ids, sink, scale)` for ids [T, window + k] (the window
+    rows, then entry rows), block by block of query rows: a block whose tokens share their rows
+    attends the two runs of pool rows they reach (window rows, entry rows) through masked fused
+    attention, a block that would use little of them gathers each token's rows."""
     t, k = ids.shape
     if t < DENSE_ROWS // 4:
         return sparse_attention(q, pool, ids, sink, scale)
     out = torch.empty_like(q)
     for t0 in range(0, t, DENSE_ROWS):
-        block = ids[t0 : t0 + DENSE_ROWS]
-        present = torch.zeros(pool.shape[0] + 1, dtype=torch.bool)
-        present[block.flatten()] = True  # -1 marks the extra last row
-        rows = present[:-1].nonzero().flatten()
-        if rows.numel() * 4 > block.shape[0] * k:  # few shared rows: gathering is cheaper
-            out[t0 : t0 + DENSE_ROWS] = sparse_attention(q[t0 : t0 + DENSE_ROWS], pool, block, sink, scale)
+        block, rows = ids[t0 : t0 + DENSE_ROWS], slice(t0, t0 + DENSE_ROWS)
+        runs = [_run(part) for part in (block[:, :window], block[:, window:]) if part.shape[1]]
+        width = sum(hi - lo for lo, hi in runs if hi > lo)
+        if width == 0 or width > 4 * k:  # a token would use under a quarter of them: gather
+            out[rows] = sparse_attention(q[rows], pool, block, sink, scale)
             continue
-        out[t0 : t0 + DENSE_ROWS] = _union_attention(
-            q[t0 : t0 + DENSE_ROWS], pool[rows], rows, block, sink, scale
-        )
+        kv, columns, first = [], [], 0
+        for (lo, hi), part in zip(runs, (block[:, :window], block[:, window:]), strict=False):
+            if hi > lo:
+                kv.append(pool[lo:hi])
+                columns.append(torch.where(part >= 0, part - lo + first, width))
+                first += hi - lo
+            else:
+                columns.append(torch.full_like(part, width))
+        out[rows] = _union_attention(q[rows], torch.cat(kv), torch.cat(columns, dim=1), sink, scale)
     return out
 
 
+def _run(ids: torch.Tensor) -> tuple[int, int]:
+    """The pool rows [lo, hi) from the least to the largest id of `ids` (-1 = none)."""
+    hi = int(ids.max()) + 1
+    if hi <= 0:
+        return 0, 0
+    return int(torch.where(ids >= 0, ids, hi).min()), hi
+
+
 def _union_attention(
-    q: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor, ids: torch.Tensor, sink: torch.Tensor, scale: float
+    q: torch.Tensor, kv: torch.Tensor, columns: torch.Tensor, sink: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """q [T, H, Dh] over the union `kv` [U, Dh] (pool rows `rows`), each token its own `ids`
-    [T, K] (-1 = none) only: softmax with the sink over the allowed columns, -> [T, H, Dh]."""
+    """q [T, H, Dh] over `kv` [U, Dh], each token only its `columns` [T, K] of it (U = none), ->
+    [T, H, Dh]: torch's fused CPU attention with the other columns masked, then the sink:
+    sum_j e^s_j v_j / (sum_j e^s_j + e^sink) = o * sigmoid(lse - sink)."""
     t, h, _ = q.shape
-    u = rows.numel()
-    rank = torch.full((int(rows.max()) + 2,), u, dtype=torch.int64)  # -1 (the last) -> column u
-    rank[rows] = torch.arange(u)
-    allowed = torch.zeros(t, u + 1, dtype=torch.bool).scatter_(1, rank[ids], True)[:, :u]
-    kv = upcast(kv)
-    s = (upcast(q).reshape(t * h, -1) @ kv.T).view(t, h, u) * scale  # [T, H, U]
-    s = s.masked_fill(~allowed[:, None, :], float("-inf"))
-    sink_logit = upcast(sink).to(s.dtype).view(1, -1, 1).expand(t, -1, 1)
-    p = torch.softmax(torch.cat([s, sink_logit], dim=-1), dim=-1)[..., :-1]  # [T, H, U]
-    return (p.reshape(t * h, u) @ kv).view(t, h, -1).to(q.dtype)
+    u = kv.shape[0]
+    allowed = torch.zeros(t, u + 1, dtype=torch.bool).scatter_(1, columns, True)[:, :u]
+    dtype = upcast(q).dtype
+    mask = torch.zeros(t, u, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+    kv = upcast(kv)[None, None].expand(1, h, u, -1)
+    o, lse = _FLASH(upcast(q).transpose(0, 1)[None], kv, kv, attn_mask=mask[None, None], scale=scale)
+    o = o[0] * torch.sigmoid(lse[0] - upcast(sink).to(dtype)[:, None])[..., None]  # [H, T, Dh]
+    return o.transpose(0, 1).to(q.dtype)
+
+
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
 def project_out(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,10 @@ class RunningTopK:
         m = min(self.k, merged.shape[1])
         if m == 0:
             return
+        if m == merged.shape[1]:  # everything is kept: only the order (value desc, id asc) is new
+            order = merged.sort(dim=1, descending=True, stable=True).indices
+            self.values, self.ids = merged.gather(1, order), merged_ids.gather(1, order)
+            return
         # The m-th largest value bounds the pick: everything above it, then its ties by merged
         # column, which is ascending id among equal values (kept rows are sorted by (value
         # desc, id asc), block columns come after them with higher ids).

@@ -54,7 +54,22 @@ CASES = {
 
 @pytest.mark.parametrize("requests", CASES.values(), ids=CASES.keys())
 def test_fast_phases_equal_the_oracle_phases(layers, requests):
-    cfg = tiny_config()
+    check_phases(tiny_config(), layers, requests)
+
+
+def test_a_long_prefill_with_a_wide_window_attends_the_union_of_its_rows(monkeypatch):
+    """Window 128 and top-k 512: a prefill block's tokens share most of their rows, so blocks take
+    the masked-GEMM path (counted), and give the oracle's outputs and selections."""
+    cfg = tiny_config(sliding_window=128, index_topk=512)
+    wide = [randomize_(Attention(cfg, layer), seed=30 + layer) for layer in LAYERS]
+    blocks = []
+    union = fast._union_attention
+    monkeypatch.setattr(fast, "_union_attention", lambda *a: blocks.append(1) or union(*a))
+    check_phases(cfg, wide, [(0, 600)])
+    assert len(blocks) >= 8
+
+
+def check_phases(cfg, layers, requests) -> None:
     xs = [inputs(start + n, seed=b) for b, (start, n) in enumerate(requests)]
     before = []
     for x, (start, _) in zip(xs, requests, strict=True):
