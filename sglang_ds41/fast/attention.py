@@ -4,7 +4,7 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 * `project`: RMSNorm, RoPE and the KV fake-quantisers as compiled loops (`fast.rope`,
   `fast.quant`); the linears as they are.
 * `select`: the window rows as the oracle's; an index source scores with queries from the
-  compiled RoPE and quantiser, then the oracle's bounded block scan (`selection.select_rows`).
+  compiled RoPE and quantiser, then the oracle's scan (`Attention.select_entries`).
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
   decode-sized batch gathers each token's rows (`attention.sparse_attention`), a prefill block
   whose tokens share most of their rows attends the union of them with one masked GEMM per
@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sglang_ds41.errors import Ds41Error
 from sglang_ds41.model.attention import (
     Attention,
     NewEntries,
@@ -27,10 +26,9 @@ from sglang_ds41.model.attention import (
     window_ids,
 )
 from sglang_ds41.model.batch import Chunks
-from sglang_ds41.model.indexer import Indexer, visible_counts
+from sglang_ds41.model.indexer import Indexer
 from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
-from sglang_ds41.model.selection import Candidates, select_rows
 
 from . import quant
 from .rope import norm_rotate, rms_norm, rotate
@@ -108,43 +106,8 @@ def index(
     published: Published,
 ) -> torch.Tensor:
     """`attn.index(...)`: this index source's top-k [T, min(k, most entries)], published."""
-    positions = chunks.positions
-    q, w = queries(attn.indexer, x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
-    n_visible = visible_counts(positions, attn.ratio)  # [T]
-    counts, first = chunks.entry_counts(attn.ratio), chunks.entry_offsets(attn.ratio)[:-1]
-    width = min(attn.index_topk, int(counts.max()))
-    size = attn.candidate_block_size
-    publish = Candidates(size, attn.candidate_topk_blocks) if attn.publishes_candidates else None
-    allowed = None
-    if attn.consumes_candidates:
-        if published.candidates is None:
-            raise Ds41Error(f"attention layer {attn.layer}: the candidate source has not run yet")
-        allowed = published.candidates
-    picked = torch.full((q.shape[0], width), -1, dtype=torch.int64)
-    kept = None if publish is None else torch.full((q.shape[0], publish.keep), -1, dtype=torch.int64)
-    for requests, rows in chunks.row_blocks(attn.row_block):  # [B', tb]
-        real, at = rows >= 0, rows.clamp(min=0)
-        score = attn._scorer(q[at], w[at], view, first[requests], counts[requests])
-        per_column = max(rows.numel() * attn.indexer.n_heads, rows.shape[0] * attn.indexer.head_dim)
-        columns = max(size, attn.score_block // per_column // size * size)
-        restrict = None if allowed is None else (allowed[at].flatten(0, 1), size)
-        ids, blocks = select_rows(
-            score, n_visible[at].masked_fill(~real, 0).flatten(), attn.index_topk, width, columns,
-            publish, restrict,
-        )  # fmt: skip
-        ids = ids.view(*rows.shape, width)
-        if rows.shape[0] == 1 and bool(real.all()):  # one request, no padding: no masks
-            picked[rows[0]] = torch.where(ids[0] >= 0, ids[0] + first[requests[0]], -1)
-            if kept is not None:
-                kept[rows[0]] = blocks
-            continue
-        picked[rows[real]] = torch.where(ids >= 0, ids + first[requests, None, None], -1)[real]
-        if kept is not None:
-            kept[rows[real]] = blocks.view(*rows.shape, -1)[real]
-    if kept is not None:
-        published.candidates = kept
-    published.selection[attn.layer] = picked
-    return picked
+    q, w = queries(attn.indexer, x, q_lora, chunks.positions)  # [T, Hi, Di], [T, Hi]
+    return attn.select_entries(q, w, chunks, view, published)
 
 
 def attend(

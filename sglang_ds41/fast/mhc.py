@@ -47,25 +47,21 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
                 s += c[j, k]
             for k in range(hc):
                 c[j, k] = c[j, k] / s + hc_eps
-        _columns(c, hc_eps)
+        _normalise(c.T, hc_eps)  # columns
         for _ in range(iters - 1):
-            for j in range(hc):
-                s = 0.0
-                for k in range(hc):
-                    s += c[j, k]
-                for k in range(hc):
-                    c[j, k] = c[j, k] / (s + hc_eps)
-            _columns(c, hc_eps)
+            _normalise(c, hc_eps)  # rows
+            _normalise(c.T, hc_eps)
 
 
 @compiled
-def _columns(c, eps):
+def _normalise(c, eps):
+    """Each row of c divided by (its sum + eps), in place (c.T: the columns)."""
     n = c.shape[0]
-    for k in range(n):
+    for j in range(n):
         s = 0.0
-        for j in range(n):
+        for k in range(n):
             s += c[j, k]
-        for j in range(n):
+        for k in range(n):
             c[j, k] = c[j, k] / (s + eps)
 
 

@@ -75,16 +75,25 @@ def _ceil_exponent(amax, qmax, floor):
 
 
 @compiled
+def _block_amax(x, r, lo, hi):
+    """max |x[r, lo:hi]| in float32, or -1 when a value is not finite (the oracle's NaN rules decide)."""
+    amax = np.float32(0.0)
+    for i in range(lo, hi):
+        v = np.float32(x[r, i])
+        if not np.isfinite(v):
+            return np.float32(-1.0)
+        amax = max(amax, abs(v))
+    return amax
+
+
+@compiled
 def _window_fp8(x, block, floor, e4m3, e8m0_, fake, packed):
     rows, dim = x.shape
     for r in range(rows):
         for b in range(dim // block):
-            amax = np.float32(0.0)
-            for i in range(b * block, (b + 1) * block):
-                v = np.float32(x[r, i])
-                if not np.isfinite(v):
-                    return False  # the oracle's NaN rules decide
-                amax = max(amax, abs(v))
+            amax = _block_amax(x, r, b * block, (b + 1) * block)
+            if amax < 0:
+                return False
             exp = _ceil_exponent(amax, 448.0, floor)
             packed[r, dim + b] = exp + 127
             inv = np.float32(2.0**-exp)
@@ -98,49 +107,33 @@ def _window_fp8(x, block, floor, e4m3, e8m0_, fake, packed):
 
 
 @compiled
-def _latent_fp4(x, block, smallest, e4m3, e2m1_, ties_down, ties_up, fake, packed):
+def _fp4(x, block, e4m3_scales, bound, e4m3, e8m0_, e2m1_, ties_down, ties_up, fake, packed):
+    """E2M1 blocks with E4M3 scales clamp(amax / 6, bound, 448) (latents: values divided by the
+    scale) or power-of-two scales from max(amax, bound) (index keys: values times 2**-e)."""
     rows, dim = x.shape
     half = dim // 2
     for r in range(rows):
         for b in range(dim // block):
-            amax = np.float32(0.0)
-            for i in range(b * block, (b + 1) * block):
-                v = np.float32(x[r, i])
-                if not np.isfinite(v):
-                    return False  # the oracle's NaN rules decide
-                amax = max(amax, abs(v))
-            ratio = min(max(amax / np.float32(6.0), np.float32(smallest)), np.float32(448.0))
-            scale_code = _e4m3_code(ratio)
-            packed[r, half + b] = scale_code
-            scale = e4m3[scale_code]
+            amax = _block_amax(x, r, b * block, (b + 1) * block)
+            if amax < 0:
+                return False
+            if e4m3_scales:
+                code = _e4m3_code(min(max(amax / np.float32(6.0), np.float32(bound)), np.float32(448.0)))
+                packed[r, half + b] = code
+                scale = e4m3[code]
+                divide, inv = True, np.float32(1.0)
+            else:
+                exp = _ceil_exponent(amax, 6.0, bound)
+                packed[r, half + b] = exp + 127
+                scale = e8m0_[exp + 127]
+                divide, inv = False, np.float32(2.0**-exp)
             for i in range(b * block, (b + 1) * block, 2):
-                lo = _e2m1_code(np.float32(x[r, i]) / scale, ties_down, ties_up)
-                hi = _e2m1_code(np.float32(x[r, i + 1]) / scale, ties_down, ties_up)
-                packed[r, i // 2] = lo | (hi << 4)
-                fake[r, i] = e2m1_[lo] * scale
-                fake[r, i + 1] = e2m1_[hi] * scale
-    return True
-
-
-@compiled
-def _index_fp4(x, block, floor, e8m0_, e2m1_, ties_down, ties_up, fake, packed):
-    rows, dim = x.shape
-    half = dim // 2
-    for r in range(rows):
-        for b in range(dim // block):
-            amax = np.float32(0.0)
-            for i in range(b * block, (b + 1) * block):
-                v = np.float32(x[r, i])
-                if not np.isfinite(v):
-                    return False  # the oracle's NaN rules decide
-                amax = max(amax, abs(v))
-            exp = _ceil_exponent(amax, 6.0, floor)
-            packed[r, half + b] = exp + 127
-            inv = np.float32(2.0**-exp)
-            scale = e8m0_[exp + 127]
-            for i in range(b * block, (b + 1) * block, 2):
-                lo = _e2m1_code(np.float32(x[r, i]) * inv, ties_down, ties_up)
-                hi = _e2m1_code(np.float32(x[r, i + 1]) * inv, ties_down, ties_up)
+                a, c = np.float32(x[r, i]), np.float32(x[r, i + 1])
+                if divide:
+                    a, c = a / scale, c / scale
+                else:
+                    a, c = a * inv, c * inv
+                lo, hi = _e2m1_code(a, ties_down, ties_up), _e2m1_code(c, ties_down, ties_up)
                 packed[r, i // 2] = lo | (hi << 4)
                 fake[r, i] = e2m1_[lo] * scale
                 fake[r, i + 1] = e2m1_[hi] * scale
@@ -158,14 +151,13 @@ def _quantize(kind: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         packed = torch.empty(rows.shape[0], dim + dim // kv_quant.WINDOW_BLOCK, dtype=torch.uint8)
         ok = _window_fp8(values, kv_quant.WINDOW_BLOCK, kv_quant.WINDOW_AMAX_FLOOR, _E4M3, _E8M0, out,
                          numpy_of(packed))  # fmt: skip
-    elif kind == LATENT:
-        packed = torch.empty(rows.shape[0], dim // 2 + dim // kv_quant.LATENT_BLOCK, dtype=torch.uint8)
-        ok = _latent_fp4(values, kv_quant.LATENT_BLOCK, kv_quant.LATENT_SCALE_MIN, _E4M3, _E2M1, _TIES_DOWN,
-                         _TIES_UP, out, numpy_of(packed))  # fmt: skip
     else:
-        packed = torch.empty(rows.shape[0], dim // 2 + dim // kv_quant.INDEX_BLOCK, dtype=torch.uint8)
-        ok = _index_fp4(values, kv_quant.INDEX_BLOCK, kv_quant.INDEX_AMAX_FLOOR, _E8M0, _E2M1, _TIES_DOWN,
-                        _TIES_UP, out, numpy_of(packed))  # fmt: skip
+        latent = kind == LATENT
+        block = kv_quant.LATENT_BLOCK if latent else kv_quant.INDEX_BLOCK
+        bound = kv_quant.LATENT_SCALE_MIN if latent else kv_quant.INDEX_AMAX_FLOOR
+        packed = torch.empty(rows.shape[0], dim // 2 + dim // block, dtype=torch.uint8)
+        tables = (_E4M3, _E8M0, _E2M1, _TIES_DOWN, _TIES_UP)
+        ok = _fp4(values, block, latent, bound, *tables, out, numpy_of(packed))
     if not ok:
         return _oracle(kind, x)
     return fake.view(x.shape), packed.view(*x.shape[:-1], packed.shape[1])

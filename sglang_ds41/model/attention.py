@@ -311,8 +311,14 @@ class Attention(nn.Module):
         """This index source's top-k: entry rows [T, min(k, most entries)] (-1 = none), from
         scores of bounded blocks of entries (`selection.py`); publishes it, and the candidate
         blocks on the candidate source."""
-        positions = chunks.positions.to(x.device)
-        q, w = self.indexer.queries(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
+        q, w = self.indexer.queries(x, q_lora, chunks.positions.to(x.device))  # [T, Hi, Di], [T, Hi]
+        return self.select_entries(q, w, chunks, view, published)
+
+    def select_entries(
+        self, q: torch.Tensor, w: torch.Tensor, chunks: Chunks, view: StateView, published: Published
+    ) -> torch.Tensor:
+        """`index` from the indexer's queries q [T, Hi, Di] and head weights w [T, Hi]."""
+        positions = chunks.positions.to(q.device)
         n_visible = visible_counts(positions, self.ratio)  # [T]
         counts, first = chunks.entry_counts(self.ratio), chunks.entry_offsets(self.ratio)[:-1]
         width = min(self.index_topk, int(counts.max()))
