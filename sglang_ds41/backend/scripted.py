@@ -334,6 +334,13 @@ PONDER_SCRIPTS = (
 DEFAULT_SCRIPTS = (
     Script("tool", TOOL_TRIGGER, "The user wants the weather; I call get_weather.", WEATHER_CALL_TEXT),
     Script("json", JSON_TRIGGER, "I write the person as JSON.", PERSON_JSON_TEXT),
+    # pydantic-ai's ToolOutput: the answer as a call of its `final_result` tool
+    Script(
+        "final-result",
+        "[script:final-result]",
+        "I return the person.",
+        RenderedCalls("", (("final_result", json.loads(PERSON_JSON_TEXT)),)),
+    ),
     Script(
         "weather-calculator",
         WEATHER_CALCULATOR_TRIGGER,
