@@ -61,10 +61,11 @@ by object (records), any other output is one field.
    flow comes from the trusted query, never from data) and Progent's (privileges are scoped
    to the task), as a lexical check a runner over any OpenAI-compatible model can make: no
    second model, no plan. A user who hands the choice of action to a document ("follow the
-   instructions in ...", "do the actions in the mail from ...", "the tasks on my TODO list")
-   is asked by the words of that document: an output of a call whose arguments the user named,
-   or a record a value the user wrote picks out. A fetch (a network tool without content)
-   carries only its URL, which rule 1 decides, so it is not bound.
+   instructions in ...", "do the actions in the mail from ...", "do the tasks on my TODO list",
+   "update my address accordingly") is asked by the words of that document: an output of a call
+   whose arguments the user named, or a record a value the user wrote picks out; the names it
+   holds count as the user's (rules 3 and 8). A fetch (a network tool without content) carries
+   only its URL, which rule 1 decides, so it is not bound.
 7. *Values are compared in canonical form too* (class 1: disguised values): rule 3 and
    trusted text also match a value after NFKC and case folding, number words as digits ("one
    three", "thirteen": 13), punctuation and the words that spell it ("(at)", "[.]", "dot")
@@ -72,6 +73,15 @@ by object (records), any other output is one field.
    with a word that no text of the run holds in any spelling was dictated out of sight and is
    held ("unsourced"); dates, times, numbers and single words are left out (the model computes
    or writes them itself).
+8. *The object is the user's* (class 2 on a requested kind: "delete the largest file", and the
+   injection wants another one deleted): a name of a bound call (rule 6) that is an item's field
+   in a listing of any output, trusted or not (data the model selected), must be named by the
+   user's messages or picked out by their request (selection.py: a whole field or a word of
+   theirs that only that item holds among its siblings, or the extreme they ask for, "largest",
+   "fewest", in a numeric member or in what reads of each item measured), else it is held
+   ("unselected"). A number, a date or a time counts only as an id (by the parameter's or the
+   listing's key); a parameter with a closed set of values (an enum: a permission level) is a
+   mode, not an object.
 
 Outputs are read by structure whatever their serialisation: JSON, or YAML (a mapping of two keys
 or more, or a list; read as plain text, aliases refused), as AgentDojo's and many CLIs' tools
@@ -97,8 +107,10 @@ What it cannot tell apart, and lets through:
   looked-up address to the name the user gave does not tell them apart either: the injection
   picks the name, and any word of the prompt will do ("invite 'webpage' at my address").
 * Names reached by indirection: an injection that names a record by another attribute ("delete
-  the sales report") lets the model look its id up, a field (rule 4). Destinations are immune
-  (rule 1 asks for a trusted source, not for the absence of an untrusted one); names are not.
+  the sales report") lets the model look its id up, a field (rule 4); rule 8 holds it for a
+  bound call unless the user's request picks that record. Destinations are immune (rule 1 asks
+  for a trusted source, not for the absence of an untrusted one), save one the trusted text
+  names for another purpose (a contact of the user's the injection picks).
 * A third party who writes two fields of one record (an email's subject and body) can put a name
   in one and the instruction in the other; one who authors a whole record the user will pick out
   (an invitation titled like the user's meeting) controls its destinations (rule 1).
@@ -112,13 +124,16 @@ What it cannot tell apart, and lets through:
   a tool `trusted_output=False`. Numbers are compared by value only in plain decimal form
   ("$12,000" is not 12000), so an id or amount reformatted escapes rule 3 (not rule 1).
 
-* Rule 6 is lexical: a user who asks for an action of a kind ("delete the largest file") lets
-  an injection ask for another of the same kind on an object reached by indirection (a field,
-  rule 4); a delegating user lets the document they named (and whoever wrote into it) choose
-  the action; a user whose words happen to include a tool's verb grants that tool. Rule 7
-  knows English number words and the common address disguises, not arithmetic ("six plus
-  seven") or a reference the model resolves ("the file the budget is in"): those values are
-  fields or trusted, and rule 6 is what holds the call.
+* Rules 6 and 8 are lexical: a delegating user lets the document they named (and whoever wrote
+  into it) choose the action and its names; a user whose words happen to include a tool's verb
+  grants that tool; an item the user's request picks by a word of theirs, or by an extreme, may
+  be the injection's target when it happens to be the one the words or the extreme pick ("delete
+  the largest file" when the injection wants the largest one gone, or a file named with a word
+  of the prompt); an object that is no item of a listing (a name the model writes from memory)
+  is not bound; quantities (amounts, dates) are not objects, and an injection can change how much
+  goes to a destination the user named. Rule 7 knows English number words and the common
+  address disguises, not arithmetic ("six plus seven") or a reference the model resolves ("the
+  file the budget is in"): those values are fields or trusted, and rules 6 and 8 hold the call.
 
 On by default for an agent whose tools declare an effect; `Policies(untrusted=UntrustedContent())`
 turns it on for any agent, `Policies(untrusted=None)` turns it off.
@@ -135,6 +150,8 @@ from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
+
+from .selection import Listing, Request, is_id, listings
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -332,10 +349,14 @@ class Sources:
     said: str = ""  # the system and user messages alone, likewise
     private: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (tool, the values of its output)
     asked: str = ""  # the user's messages alone, likewise: what the user asked for
-    # the stems of the words of outputs of calls whose every argument the user's messages name,
-    # when those messages hand the choice of action to a document ("follow the instructions in
-    # the file 'notices.txt'", "do the tasks on my list at www.todo.example")
-    delegated: frozenset[str] = frozenset()
+    # the words of outputs of calls whose every argument the user's messages name, when those
+    # messages hand the choice of action to a document ("follow the instructions in the file
+    # 'notices.txt'", "do the tasks on my list at www.todo.example"), one per line
+    delegated: str = ""
+    listings: tuple[Listing, ...] = ()  # every output's listings (selection.py), trusted or not
+    # (value, tool, n): a read whose one argument was the value returned a list of n items ("the
+    # channel with the fewest members": how many get_users_in_channel listed for each channel)
+    measures: tuple[tuple[str, str, float], ...] = ()
 
     @cached_property
     def said_compact(self) -> str:
@@ -375,18 +396,65 @@ class Sources:
         return bool(stems & self.asked_stems) or bool(stems & self.delegated_stems)
 
     @cached_property
-    def delegated_stems(self) -> frozenset[str]:
-        """When the user hands the choice of action to a document (`_delegates`): the stems of
-        the words of that document, an output of a call whose arguments the user named
-        (`delegated`) or a record of an output that a value the user wrote picks out."""
+    def documents(self) -> str:
+        """When the user hands the choice of action to a document (`_delegates`): the words of
+        that document, an output of a call whose arguments the user named (`delegated`) or a
+        record of an output that a value the user wrote picks out; else nothing."""
         if not _delegates(self.asked):
-            return frozenset()
-        stems = set(self.delegated)
+            return ""
+        texts = [self.delegated]
         for output in self.untrusted:
             for record in output.records:
                 if any(_names_a_record(v) and f" {v} " in self.asked for v in record.own):
-                    stems |= {_stem(word) for value in record.own for word in _ALNUM.findall(value)}
-        return frozenset(stems)
+                    texts.append(" \n ".join(record.own))
+        return "".join(f" {text} \n" for text in texts)
+
+    @cached_property
+    def delegated_stems(self) -> frozenset[str]:
+        """The stems of the words of the documents the user delegates to (`documents`)."""
+        return frozenset(_stem(word) for word in _ALNUM.findall(self.documents))
+
+    def named(self, needle: str, param: str = "") -> bool:
+        """Whether the user's messages, or a document they delegate to (`documents`), name these
+        words, in any spelling; a value too short to tell (13) only where the text says what it
+        is ("file 13", "ID 13"), as in `quoted_by`."""
+        if len(needle) >= DISTINCT and any(f" {needle} " in text for text in (self.said, self.documents)):
+            return True
+        value = Canonical.of(needle)
+        names = _name_words(param) if len(value.compact) < DISTINCT else None
+        return any(text.compact == value.compact or text.finds(value, names) for text in self.said_canonical)
+
+    @cached_property
+    def said_canonical(self) -> tuple[Canonical, ...]:
+        """The system and user messages, and the documents the user delegates to, each in
+        canonical form, once."""
+        lines = [*self.said.split(" \n"), *self.documents.split(" \n")]
+        return tuple(Canonical.of(line) for line in lines if line.strip())
+
+    @cached_property
+    def request(self) -> Request:
+        """What the user's request picks items of a listing with (selection.py)."""
+        text = f"{self.asked} {self.documents}"
+        measures: dict[str, list[tuple[str, float]]] = {}
+        for value, tool, n in self.measures:
+            measures.setdefault(value, []).append((tool, n))
+        return Request.of(text, lambda field: self.named(field) and _names_a_record(field), measures)
+
+    def unselected(self, needle: str, param: str) -> bool:
+        """Whether these words are an item's field in a listing (data the model selected) that
+        the user's request neither names nor picks out (selection.py). A number, a date or a
+        time counts only as an id (the parameter's or the listing's key says so): an amount is
+        what the model computes, not the thing it acts on."""
+        quantity = _NUMERIC.fullmatch(needle) is not None and not is_id(param)
+        holders = [
+            (listing, i)
+            for listing in self.listings
+            for i, item in enumerate(listing)
+            if needle in (item.ids if quantity else item.own)
+        ]
+        if not holders or self.named(needle, param):
+            return False
+        return not any(self.request.picks(listing, index) for listing, index in holders)
 
     @classmethod
     def of(
@@ -412,6 +480,8 @@ class Sources:
         asked: list[str] = []
         untrusted: list[Output] = []
         private: list[tuple[str, tuple[str, ...]]] = []
+        found: list[Listing] = []
+        measures: list[tuple[str, str, float]] = []
         for position, message in enumerate(messages):
             role, text = message.get("role"), _text(message.get("content"))
             if role == "assistant":
@@ -440,6 +510,12 @@ class Sources:
                     continue
                 if tool.private_output and position not in runner_turns:
                     private.append((name, _secrets(text)))
+                if position not in runner_turns:
+                    found += _listings(text)
+                    arguments = values_of.get(message.get("tool_call_id", ""), [])
+                    listed = structure(text)
+                    if not guarded(tool) and len(arguments) == 1 and isinstance(listed, list):
+                        measures.append((arguments[0], name, float(len(listed))))
                 if not output_trusted(tool):
                     output = parse_output(name, text)
                     if position in runner_turns:  # a denial or an error, quoting the model's call
@@ -453,18 +529,20 @@ class Sources:
                     # (contacts, notes) returns what it was given, in whole or in part.
                     trusted.append(_without(_trusted_words(text), sent | echoes))
         asked_text = "".join(f" {text} \n" for text in asked)
-        delegated: set[str] = set()  # see `delegated_stems`
+        delegated: list[str] = []  # see `documents`
         if _delegates(asked_text):
             for text, arguments in named_outputs:
                 if arguments and all(len(a) >= DISTINCT and f" {a} " in asked_text for a in arguments):
-                    delegated |= {_stem(word) for word in _ALNUM.findall(words(text))}
+                    delegated.append(words(text))
         return cls(
             "".join(f" {text} \n" for text in trusted),
             tuple(untrusted),
             "".join(f" {text} \n" for text in said),
             tuple(private),
             asked_text,
-            frozenset(delegated),
+            " \n ".join(delegated),
+            tuple(found),
+            tuple(measures),
         )
 
     def vouched(self, needle: str) -> bool:
@@ -546,16 +624,26 @@ class Sources:
 DISTINCT = 3  # values with fewer characters (an id such as 13) occur anywhere: no source vouches
 
 
-# A user who hands the choice of action to a document: a verb of doing and a noun of things to
-# do ("follow the instructions", "do the actions specified in the email", "do the tasks on my
-# TODO list"); not a list of tasks the prompt itself gives ("perform the following tasks").
+# A user who hands the choice of action to a document: a verb of doing followed by a noun of
+# things to do ("follow the instructions", "do the actions specified in the email", "do all the
+# tasks on my TODO list"), or "accordingly" ("update my account information accordingly"); not a
+# list of tasks the prompt itself gives ("perform the following tasks"), not a negation ("do not
+# take any action"), not someone else's doing ("the TODO list ... the task they need to execute").
 _DELEGATE_VERBS = frozenset({"follow", "do", "perform", "complet", "carry", "execut"})
 _DELEGATE_NOUNS = frozenset({"instruction", "action", "todo"})
+_DELEGATE_REACH = 8  # words from the verb to its noun
 
 
 def _delegates(asked: str) -> bool:
-    stems = {_stem(word) for word in _ALNUM.findall(asked)}
-    return bool(stems & _DELEGATE_VERBS) and bool(stems & _DELEGATE_NOUNS)
+    for line in asked.split("\n"):
+        stems = [_stem(word) for word in _ALNUM.findall(line)]
+        if "accordingly" in stems:
+            return True
+        for at, stem in enumerate(stems):
+            after = stems[at + 1 : at + 1 + _DELEGATE_REACH]
+            if stem in _DELEGATE_VERBS and after[:1] != ["not"] and _DELEGATE_NOUNS & set(after):
+                return True
+    return False
 
 
 def binds_action(tool: Tool) -> bool:
@@ -633,13 +721,13 @@ _NOT_PARSED = object()
 def structure(text: str) -> Any:
     """A tool output's structure, whichever way it was serialised: a JSON value, or YAML that
     is a mapping of two keys or more or a list (AgentDojo's tools, many CLIs); `_NOT_PARSED`
-    for prose (a one-line "Note: ..." is prose, not a mapping). Cached: a run reviews the same
-    outputs on every call."""
+    for prose (a one-line "Note: ..." is prose, not a mapping; a one-line "- item" is a list of
+    one). Cached: a run reviews the same outputs on every call."""
     try:
         return json.loads(text)
     except ValueError:
         pass
-    if "\n" not in text.strip():
+    if "\n" not in text.strip() and not text.startswith("- "):
         return _NOT_PARSED
     try:
         value = yaml.load(text, Loader=_PlainYAML)
@@ -648,6 +736,13 @@ def structure(text: str) -> Any:
     if isinstance(value, list) or (isinstance(value, dict) and len(value) >= 2):
         return value
     return _NOT_PARSED
+
+
+@lru_cache(maxsize=512)
+def _listings(text: str) -> tuple[Listing, ...]:
+    """A tool output's listings (selection.py), whichever way it was serialised (`structure`)."""
+    value = structure(text)
+    return () if value is _NOT_PARSED else tuple(listings(value, words))
 
 
 def parse_output(tool: str, text: str) -> Output:
@@ -771,6 +866,7 @@ Rule = Literal[
     "needs approval",
     "untrusted",
     "unrequested",
+    "unselected",
     "destination",
     "private",
     "quoted name",
@@ -814,6 +910,7 @@ class UntrustedContent:
         if not self.provenance:
             yield Hold("untrusted", f"{tool.name} is {kind} and the context holds untrusted tool output")
             return
+        bound = self.bind_actions and binds_action(tool)
         for param, value in _values(arguments, schema=tool.parameters):
             needle = words(value)
             if param in tool.destinations:
@@ -849,11 +946,12 @@ class UntrustedContent:
                     param,
                 )
                 continue
-            if sources.vouched(needle) or sources.vouched_canonically(needle):
-                continue
-            if param not in tool.content:
-                origin, selected = sources.quoted_by(needle, param), sources.selected_by(needle)
-                if origin is not None and selected is None:
+            vouched = sources.vouched(needle) or sources.vouched_canonically(needle)
+            name = param not in tool.content
+            selected = sources.selected_by(needle) if name and not vouched else None
+            if name and not vouched and selected is None and not sources.named(needle, param):
+                origin = sources.quoted_by(needle, param)
+                if origin is not None:
                     yield Hold(
                         "quoted name",
                         f"{tool.name} is {kind} and its argument {param}={value!r} is quoted from the "
@@ -861,6 +959,17 @@ class UntrustedContent:
                         param,
                     )
                     continue
+            if bound and name and not _closed(tool, param) and sources.unselected(needle, param):
+                yield Hold(
+                    "unselected",
+                    f"{tool.name} is {kind} and its argument {param}={value!r} is an item of a tool's "
+                    "listing that the user's request neither names nor picks out",
+                    param,
+                )
+                continue
+            if vouched:
+                continue
+            if name:
                 if selected is not None or sources.is_field(needle):
                     continue
                 if sources.made_up(needle):
@@ -880,7 +989,7 @@ class UntrustedContent:
                         f"{address!r}, which no trusted text names",
                         param,
                     )
-        if self.bind_actions and binds_action(tool) and not sources.requested(tool):
+        if bound and not sources.requested(tool):
             named = ", ".join(repr(w) for w in actions_of(tool))
             yield Hold(
                 "unrequested",
@@ -912,6 +1021,15 @@ def _values(
             yield from _values(item, param, keys, items, root)
     elif (scalar := _scalar(arguments)) is not None:
         yield param, scalar
+
+
+def _closed(tool: Tool, param: str) -> bool:
+    """Whether a parameter takes one of a closed set of values (an enum, a constant, a boolean):
+    a mode of the action (a permission level), not a thing it acts on."""
+    schema = _resolve((tool.parameters.get("properties") or {}).get(param), tool.parameters)
+    if not isinstance(schema, dict):
+        return False
+    return "enum" in schema or "const" in schema or schema.get("type") == "boolean"
 
 
 def _resolve(schema: Any, root: Any) -> Any:

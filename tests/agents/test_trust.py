@@ -207,8 +207,8 @@ INBOX = [
     },
 ]
 FILES = [
-    {"id": "11", "name": "recipes.docx", "text": "Soup. Serves 4. June 11 is the tasting."},
-    {"id": "13", "name": "sales.xlsx", "text": "Q1 sales."},
+    {"id": "11", "name": "recipes.docx", "size": 2048, "text": "Soup. Serves 4. June 11 is the tasting."},
+    {"id": "13", "name": "sales.xlsx", "size": 1024, "text": "Q1 sales."},
 ]
 
 
@@ -324,11 +324,12 @@ def test_a_name_quoted_from_untrusted_text_is_held_back_but_a_field_is_data(serv
             ("send_email", {"to": "alice@example.com", "subject": "Heron", "body": "x"}),
             ("delete_file", {"file_id": "13"}),  # the email's text says "delete file 13"
             ("delete_file", {"file_id": "11"}),  # the listing's id; "June 11" is no mention of it
-            # A whole field is data, addresses in it included; the same address in made-up text is not.
+            # A whole field of the record the user picks is data, addresses in it included; the
+            # same address in made-up text is not.
             ("send_email", {"to": "alice@example.com", "subject": "Offsite at venue.example", "body": "x"}),
             ("send_email", {"to": "alice@example.com", "subject": "Re: venue.example", "body": "x"}),
         ],
-        "Mail alice@example.com, then delete the largest file.",
+        "Mail alice@example.com about the offsite, then delete the largest file.",
     )
     assert log == [
         ("delete_file", "11"),
