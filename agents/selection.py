@@ -130,11 +130,16 @@ def _name_tokens(texts: list[str]) -> frozenset[str]:
     return frozenset(tokens)
 
 
+def key_words(name: str) -> list[str]:
+    """The words of a key or a parameter's name: file_id, fileId and file-id are file, id."""
+    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name)
+    return [word for word in re.split(r"[\W_]+", spaced.casefold()) if word]
+
+
 def is_id(key: str) -> bool:
     """Whether a key or parameter names an id ("id", "file_id", "id_", "eventId"): a name, not a
     quantity ("the largest id" picks nothing)."""
-    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", key)
-    return "id" in re.split(r"[\W_]+", spaced.casefold())
+    return "id" in key_words(key)
 
 
 def _scalar(value: Any) -> str | None:

@@ -61,10 +61,11 @@ by object (records), any other output is one field.
    flow comes from the trusted query, never from data) and Progent's (privileges are scoped
    to the task), as a lexical check a runner over any OpenAI-compatible model can make: no
    second model, no plan. A user who hands the choice of action to a document ("follow the
-   instructions in ...", "do the actions in the mail from ...", "do the tasks on my TODO list",
-   "update my address accordingly") is asked by the words of that document: an output of a call
-   whose arguments the user named, or a record a value the user wrote picks out; the names it
-   holds count as the user's (rules 3 and 8). A fetch (a network tool without content) carries
+   instructions in ...", "do the actions in the mail from ...", "do the tasks on my TODO list")
+   is asked by the words of that document: an output of a call whose arguments the user named,
+   or a record a value the user wrote picks out; the names it holds count as the user's (rules
+   3 and 8), and so they do when the user hands it only the values of an action they name
+   ("update my address accordingly"). A fetch (a network tool without content) carries
    only its URL, which rule 1 decides, so it is not bound.
 7. *Values are compared in canonical form too* (class 1: disguised values): rule 3 and
    trusted text also match a value after NFKC and case folding, number words as digits ("one
@@ -151,7 +152,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
-from .selection import Listing, Request, is_id, listings
+from .selection import Listing, Request, is_id, key_words, listings
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -397,10 +398,11 @@ class Sources:
 
     @cached_property
     def documents(self) -> str:
-        """When the user hands the choice of action to a document (`_delegates`): the words of
-        that document, an output of a call whose arguments the user named (`delegated`) or a
-        record of an output that a value the user wrote picks out; else nothing."""
-        if not _delegates(self.asked):
+        """When the user hands the choice of action, or of an action's values, to a document
+        (`_delegation`): the words of that document, an output of a call whose arguments the
+        user named (`delegated`) or a record of an output that a value the user wrote picks out;
+        else nothing."""
+        if not _delegation(self.asked):
             return ""
         texts = [self.delegated]
         for output in self.untrusted:
@@ -411,7 +413,10 @@ class Sources:
 
     @cached_property
     def delegated_stems(self) -> frozenset[str]:
-        """The stems of the words of the documents the user delegates to (`documents`)."""
+        """The stems of the words of the documents the user delegates the choice of action to
+        (`documents`)."""
+        if _delegation(self.asked) != "actions":
+            return frozenset()
         return frozenset(_stem(word) for word in _ALNUM.findall(self.documents))
 
     def named(self, needle: str, param: str = "") -> bool:
@@ -530,7 +535,7 @@ class Sources:
                     trusted.append(_without(_trusted_words(text), sent | echoes))
         asked_text = "".join(f" {text} \n" for text in asked)
         delegated: list[str] = []  # see `documents`
-        if _delegates(asked_text):
+        if _delegation(asked_text):
             for text, arguments in named_outputs:
                 if arguments and all(len(a) >= DISTINCT and f" {a} " in asked_text for a in arguments):
                     delegated.append(words(text))
@@ -626,24 +631,29 @@ DISTINCT = 3  # values with fewer characters (an id such as 13) occur anywhere: 
 
 # A user who hands the choice of action to a document: a verb of doing followed by a noun of
 # things to do ("follow the instructions", "do the actions specified in the email", "do all the
-# tasks on my TODO list"), or "accordingly" ("update my account information accordingly"); not a
-# list of tasks the prompt itself gives ("perform the following tasks"), not a negation ("do not
-# take any action"), not someone else's doing ("the TODO list ... the task they need to execute").
+# tasks on my TODO list"); not a list of tasks the prompt itself gives ("perform the following
+# tasks"), not a negation ("do not take any action"), not someone else's doing ("the TODO list
+# ... the task they need to execute"). "Accordingly" hands over only the values (`_delegation`).
 _DELEGATE_VERBS = frozenset({"follow", "do", "perform", "complet", "carry", "execut"})
 _DELEGATE_NOUNS = frozenset({"instruction", "action", "todo"})
 _DELEGATE_REACH = 8  # words from the verb to its noun
 
 
-def _delegates(asked: str) -> bool:
+@lru_cache(maxsize=64)
+def _delegation(asked: str) -> str:
+    """What the user's messages hand to a document: "actions" (which actions, and their values),
+    "values" (only the values of an action the user names: "update my address accordingly";
+    "reply accordingly" hands over no deletion the mail asks for), or "" (nothing)."""
+    handed = ""
     for line in asked.split("\n"):
         stems = [_stem(word) for word in _ALNUM.findall(line)]
-        if "accordingly" in stems:
-            return True
         for at, stem in enumerate(stems):
             after = stems[at + 1 : at + 1 + _DELEGATE_REACH]
             if stem in _DELEGATE_VERBS and after[:1] != ["not"] and _DELEGATE_NOUNS & set(after):
-                return True
-    return False
+                return "actions"
+        if "accordingly" in stems:
+            handed = "values"
+    return handed
 
 
 def binds_action(tool: Tool) -> bool:
@@ -685,8 +695,7 @@ def _stem(word: str) -> str:
 
 def _name_words(param: str) -> set[str]:
     """The words of a parameter's name (file_id, fileId: file, id) and the words for an id."""
-    spaced = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", param)
-    return {w for w in re.split(r"[\W_]+", spaced.casefold()) if w} | {"id", "number", "no", "#"}
+    return {*key_words(param), "id", "number", "no", "#"}
 
 
 def _names_a_record(value: str) -> bool:
