@@ -349,7 +349,8 @@ class ForwardRows:
     window: torch.Tensor  # [W] window-pool rows of positions [window start, end) per request
     new_window: torch.Tensor  # [T] window-pool rows of the new tokens
     groups: dict[int, torch.Tensor]  # KV source -> [E] slot group (first slot // ratio) of each entry
-    last_keys: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # see SlotView
+    # SlotView's last decoded rows per (KV source, part): (entry ids, rows)
+    last_decoded: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 class SlotView:
@@ -367,14 +368,22 @@ class SlotView:
     def index_keys(self, ids: torch.Tensor) -> torch.Tensor:
         # An index source and a Reindex layer of one KV source (official: 20 and 24..36) score
         # the same entries in a decode step: the last block decoded per source is kept.
-        last = self.rows_of.last_keys.get(self.source)
+        return self._decoded("index", self.store.index_codec, ids)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        # The layers reading one KV source attend the same entries when each token picks all
+        # of them (a context under top-k entries, or a prefill): kept like the index keys.
+        return self._decoded("latent", self.store.latent_codec, ids)
+
+    def _decoded(self, part: str, codec, ids: torch.Tensor) -> torch.Tensor:
+        """The `part` rows of entries `ids` of this layer's KV source, decoded; the last ones
+        decoded per source and part are kept for this forward (a source's entries are all
+        committed before any layer reads them)."""
+        key = (self.source, part)
+        last = self.rows_of.last_decoded.get(key)
         if last is not None and last[0].shape == ids.shape and torch.equal(last[0], ids):
             return last[1]
         store, groups = self.store, self.rows_of.groups[self.source][ids]
-        keys = store.index_codec.decode(store._read(self.source, "index", groups), store.dtype)
-        self.rows_of.last_keys[self.source] = (ids, keys)
-        return keys
-
-    def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        store, groups = self.store, self.rows_of.groups[self.source][ids]
-        return store.latent_codec.decode(store._read(self.source, "latent", groups), store.dtype)
+        decoded = codec.decode(store._read(self.source, part, groups), store.dtype)
+        self.rows_of.last_decoded[key] = (ids, decoded)
+        return decoded

@@ -56,3 +56,11 @@ def test_a_batch_of_decode_steps_reads_each_requests_picks(backend):
     assert reads[4, "index"] == 41 + 22 + 7
     assert reads[2, "index"] == 20 + 11 + 3
     assert reads[4, "latent"] <= 4 * 3 * text.index_topk
+
+
+def test_a_prefill_decodes_each_source_s_latents_once(backend):
+    """Its tokens pick (nearly) every entry: the layers of a KV source read all its latents, once."""
+    slots = Slots(backend.v41.text)
+    prompt = PROMPT + PROMPT[:4]  # 44 tokens: 22 entries of source 2 (ratio 2), 44 of source 4 (ratio 1)
+    reads = reads_of_one_step(backend, slots, [(1, prompt)])
+    assert reads[2, "latent"] == 22 and reads[4, "latent"] == 44
