@@ -4,7 +4,7 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 * `project`: RMSNorm, RoPE and the KV fake-quantisers as compiled loops (`fast.rope`,
   `fast.quant`); the linears as they are.
 * `select`: the window rows as the oracle's; an index source scores with queries from the
-  compiled RoPE and quantiser, then the oracle's scan (`Attention.select_entries`).
+  compiled RoPE and quantiser (`Attention.select(..., queries=)`), then the oracle's scan.
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
   decode-sized batch gathers each token's rows (`attention.sparse_attention`), a prefill block
   whose tokens share most of their rows attends the union of them with one masked GEMM per
@@ -23,7 +23,6 @@ from sglang_ds41.model.attention import (
     Published,
     StateView,
     sparse_attention,
-    window_ids,
 )
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.indexer import Indexer
@@ -85,29 +84,8 @@ def select(
     view: StateView,
     published: Published,
 ) -> torch.Tensor:
-    """`attn.select(x, projected, chunks, view, published)`."""
-    ids = window_ids(chunks, attn.window)  # [T, W]
-    if attn.role is LayerRole.WINDOW:
-        return ids
-    if attn.role is LayerRole.REUSE:
-        entries = attn._borrow(published.selection, attn.index_source, "top-k")
-    else:
-        entries = index(attn, x, projected.q_lora, chunks, view, published)  # [T, k]
-    n_window = int(chunks.window_offsets(attn.window)[-1])
-    return torch.cat([ids, torch.where(entries >= 0, entries + n_window, -1)], dim=1)
-
-
-def index(
-    attn: Attention,
-    x: torch.Tensor,
-    q_lora: torch.Tensor,
-    chunks: Chunks,
-    view: StateView,
-    published: Published,
-) -> torch.Tensor:
-    """`attn.index(...)`: this index source's top-k [T, min(k, most entries)], published."""
-    q, w = queries(attn.indexer, x, q_lora, chunks.positions)  # [T, Hi, Di], [T, Hi]
-    return attn.select_entries(q, w, chunks, view, published)
+    """`attn.select(x, projected, chunks, view, published)` with the fast queries."""
+    return attn.select(x, projected, chunks, view, published, queries=queries)
 
 
 def attend(

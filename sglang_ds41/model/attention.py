@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import torch
@@ -47,6 +48,9 @@ from .selection import Candidates, select_rows
 # entries per block are what fits, a multiple of the candidate block.
 ROW_BLOCK = 512
 SCORE_BLOCK = 1 << 22
+
+# An index source's query path: (indexer, x [T, D], q_lora [T, r], positions [T]) -> (q^I, w).
+Queries = Callable[[Indexer, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass
@@ -275,17 +279,25 @@ class Attention(nn.Module):
         return Projected(q_lora, q, window_kv, entries)
 
     def select(
-        self, x: torch.Tensor, projected: Projected, chunks: Chunks, view: StateView, published: Published
+        self,
+        x: torch.Tensor,
+        projected: Projected,
+        chunks: Chunks,
+        view: StateView,
+        published: Published,
+        queries: Queries | None = None,
     ) -> torch.Tensor:
         """Rows of the pool each token attends [T, W + k] (-1 = none): its window, then the
-        entries its index source picked (§4.3, §4.5). Fills `published` for later layers."""
+        entries its index source picked (§4.3, §4.5). Fills `published` for later layers.
+        `queries`: how an index source forms its queries (default `Indexer.queries`; the
+        backend passes its fast path, `fast.attention`)."""
         ids = window_ids(chunks, self.window)  # [T, W]
         if self.role is LayerRole.WINDOW:
             return ids
         if self.role is LayerRole.REUSE:
             entries = self._borrow(published.selection, self.index_source, "top-k")
         else:
-            entries = self.index(x, projected.q_lora, chunks, view, published)  # [T, k]
+            entries = self.index(x, projected.q_lora, chunks, view, published, queries)  # [T, k]
         n_window = int(chunks.window_offsets(self.window)[-1])
         return torch.cat([ids, torch.where(entries >= 0, entries + n_window, -1)], dim=1)
 
@@ -306,19 +318,20 @@ class Attention(nn.Module):
         return self.project_out(o, chunks.positions.to(o.device))
 
     def index(
-        self, x: torch.Tensor, q_lora: torch.Tensor, chunks: Chunks, view: StateView, published: Published
+        self,
+        x: torch.Tensor,
+        q_lora: torch.Tensor,
+        chunks: Chunks,
+        view: StateView,
+        published: Published,
+        queries: Queries | None = None,
     ) -> torch.Tensor:
         """This index source's top-k: entry rows [T, min(k, most entries)] (-1 = none), from
         scores of bounded blocks of entries (`selection.py`); publishes it, and the candidate
         blocks on the candidate source."""
-        q, w = self.indexer.queries(x, q_lora, chunks.positions.to(x.device))  # [T, Hi, Di], [T, Hi]
-        return self.select_entries(q, w, chunks, view, published)
-
-    def select_entries(
-        self, q: torch.Tensor, w: torch.Tensor, chunks: Chunks, view: StateView, published: Published
-    ) -> torch.Tensor:
-        """`index` from the indexer's queries q [T, Hi, Di] and head weights w [T, Hi]."""
-        positions = chunks.positions.to(q.device)
+        form = self.indexer.queries if queries is None else partial(queries, self.indexer)
+        positions = chunks.positions.to(x.device)
+        q, w = form(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
         n_visible = visible_counts(positions, self.ratio)  # [T]
         counts, first = chunks.entry_counts(self.ratio), chunks.entry_offsets(self.ratio)[:-1]
         width = min(self.index_topk, int(counts.max()))
