@@ -8,8 +8,8 @@ Measures, in one run on this machine:
   columns per token), tokens/s;
 * gather: `EngramTable.lookup` of uniformly random row ids (what hash ids look like) from
   a synthetic table of `--table-mb` MB, per format: rows/s and GB/s of table bytes read;
-* bound: a plain `torch.index_select` of the same packed rows (the same bytes, no decode)
-  — the memory-bandwidth bound of any gather — and the ratio lookup / bound.
+* bound: a plain `torch.index_select` of the same rows of the values and scales arrays (the
+  same bytes, no decode) — the memory-bandwidth bound of any gather — and the ratio lookup / bound.
 
 Writes `benchmarks/results/engram.json` and prints a short markdown table. Timings are
 medians over `--repeats` calls after a warm-up call. On a shared machine, multi-threaded torch
@@ -28,10 +28,11 @@ from pathlib import Path
 
 import torch
 
-from sglang_ds41.engram.gather import FP8, MXFP4, TableFormat
+from sglang_ds41.engram.gather import TableFormat
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layout import build_layout
 from sglang_ds41.engram.table import EngramTable, RowShard
+from sglang_ds41.formats.engram import engram_format
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engram.json"
 
@@ -70,11 +71,11 @@ def bench_hash(batch: int, seq_len: int, repeats: int) -> dict:
 
 
 def synthetic_table(fmt: TableFormat, table_mb: int) -> EngramTable:
-    """Random packed rows with realistic scale bytes; built in place (no second copy)."""
+    """Random value bytes with realistic scale bytes."""
     rows = table_mb * 10**6 // fmt.row_bytes
-    packed = torch.randint(0, 256, (rows, fmt.row_bytes), dtype=torch.uint8)
-    packed[:, fmt.value_bytes :] = torch.randint(115, 135, (rows, fmt.scale_bytes), dtype=torch.uint8)
-    return EngramTable(packed, fmt, RowShard(0, rows), rows, f"synthetic-{fmt.quant.value}")
+    values = torch.randint(0, 256, (rows, fmt.value_bytes), dtype=torch.uint8)
+    scales = torch.randint(115, 135, (rows, fmt.scale_bytes), dtype=torch.uint8)
+    return EngramTable(values, scales, fmt, RowShard(0, rows), rows, f"synthetic-{fmt.format.name}")
 
 
 def bench_gather(fmt: TableFormat, table_mb: int, tokens: int, repeats: int) -> dict:
@@ -82,11 +83,13 @@ def bench_gather(fmt: TableFormat, table_mb: int, tokens: int, repeats: int) -> 
     n_ids = tokens * 24  # one Engram layer: 24 rows per token
     ids = torch.randint(0, table.num_rows, (tokens, 24))
     flat = ids.view(-1)
-    lookup, bound = timed(
-        lambda: table.lookup(ids), lambda: torch.index_select(table.packed, 0, flat), repeats=repeats
-    )
+    def bound_gather() -> None:
+        torch.index_select(table.values, 0, flat)
+        torch.index_select(table.scales, 0, flat)
+
+    lookup, bound = timed(lambda: table.lookup(ids), bound_gather, repeats=repeats)
     bytes_read = n_ids * fmt.row_bytes
-    out = {"format": fmt.quant.value, "row_bytes": fmt.row_bytes, "table_rows": table.num_rows,
+    out = {"format": fmt.format.name, "row_bytes": fmt.row_bytes, "table_rows": table.num_rows,
            "table_bytes": table.nbytes, "tokens": tokens, "rows_per_call": n_ids}  # fmt: skip
     for name, t in (("lookup", lookup), ("index_select", bound)):
         out[name] = {**t, "rows_per_s": n_ids / t["median_s"], "gb_per_s": bytes_read / t["median_s"] / 1e9}
@@ -133,13 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    formats = {"mxfp4": MXFP4, "fp8": FP8}
+    formats = {f: TableFormat(engram_format(f)) for f in args.formats.split(",")}
     result = {
         "machine": {"machine": platform.machine(), "processor": platform.processor(),
                     "torch": torch.__version__, "torch_threads": torch.get_num_threads()},
         "hash": bench_hash(args.hash_batch, args.hash_seq_len, args.repeats),
-        "gather": [bench_gather(formats[f], args.table_mb, args.tokens, args.repeats)
-                   for f in args.formats.split(",")],
+        "gather": [bench_gather(fmt, args.table_mb, args.tokens, args.repeats) for fmt in formats.values()],
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -6,10 +6,10 @@
 Needs only torch, triton, numpy and this repository (`PYTHONPATH=.`); no SGLang (the GPU
 machines this is run on have none). `scripts/gpu_check.sh` runs it in one go. Parts:
 
-1. **Correctness on the GPU**: the split-layout MXFP4 kernel (`engram.split_gather`, what the
-   SGLang plugin uses) against the CPU torch decode, bit for bit, on a table holding every
+1. **Correctness on the GPU**: the MXFP4 and NVFP4 kernels (`engram.split_gather`, what the
+   SGLang plugin uses) against the CPU torch decode, bit for bit, MXFP4 on a table holding every
    (code byte, scale byte) pair, with ids outside the shard, sorted and unsorted, from device
-   memory and from registered host memory; the packed-row kernels (`engram.gather_triton`) too.
+   memory and from registered host memory; upstream's FP8 kernel against the CPU engine's table.
 2. **Lookup time** per call, CUDA events, median over rotating random id sets (so rows are not
    served from L2): a decode step (batch 1 / 32 / 128 tokens x 24 rows) and an 8k-token prefill
    chunk (8192 x 24 rows), from one TP=4 rank's layer-1 shard (96,000,564 rows: 12.16 GiB MXFP4,
@@ -17,9 +17,9 @@ machines this is run on have none). `scripts/gpu_check.sh` runs it in one go. Pa
    power of two) and in mmap + cudaHostRegister host memory (the exact size, as upstream's
    host table), ids sorted (`sort_ids`) and unsorted. The FP8 peer is upstream SGLang 0.5.23's
    own `engram_gather` kernel, loaded from a copy of its file (`--upstream-kernel`, never part of
-   this repository); without it the FP8 rows use the project's packed FP8 kernel. The packed
-   (one 136 / 264 B run per row) layout is measured beside the split one, to decide whether it
-   is worth keeping two layouts.
+   this repository); without it the FP8 rows are gathered and decoded by torch (a stand-in that
+   keeps the smoke run's ratios defined, not a kernel peer). Tables are held as upstream holds
+   them, a values array and a scales array (the one layout, `formats.engram`).
 3. **CUDA graphs**: capture of the MXFP4 gather (sorted and unsorted), replay == eager, replay time.
 
 Writes `gpu_engram.json` (under `--out`, default benchmarks/results/) and prints a table with
@@ -44,15 +44,14 @@ if "--smoke" in sys.argv:  # must precede the triton import
 
 import torch
 
-from sglang_ds41.engram import gather_triton
-from sglang_ds41.engram.gather import FP8, MXFP4
 from sglang_ds41.engram.layout import HEAD_DIM
-from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gather
-from sglang_ds41.formats import scale_block, scale_bytes, value_bytes
+from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gather, nvfp4_rows
+from sglang_ds41.formats.engram import FP8, MXFP4, NVFP4, engram_format
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DIM = HEAD_DIM  # official engram_head_dim (256)
-FP8_BLOCK = scale_block("fp8")  # values per E8M0 scale of an FP8 row (32)
+FP8_BLOCK = FP8.scale_block  # values per E8M0 scale of an FP8 row (32)
+NV_GLOBAL_SCALE = 0.01  # the NVFP4 tables' float32 global scale (any finite value: timing only)
 ROWS_PER_TOKEN = 24  # hash columns of one Engram layer
 RANK_ROWS = 96_000_564  # TP=4 rank 0 of layer 1 (MODEL.md §9.2)
 DECODE_BATCHES = (1, 32, 128)
@@ -63,11 +62,12 @@ PREFILL_TOKENS = 8192
 
 
 class Table:
-    """One table in one memory kind: the raw bytes, split (values then scales) or packed rows."""
+    """One table in one memory kind: the raw bytes, the values array then the scales array."""
 
-    def __init__(self, fmt: str, layout: str, rows: int, memory: str, device: torch.device):
-        self.fmt, self.layout, self.rows, self.memory = fmt, layout, rows, memory
-        self.value_bytes, self.scale_bytes = value_bytes(fmt, DIM), scale_bytes(fmt, DIM)
+    def __init__(self, fmt: str, rows: int, memory: str, device: torch.device):
+        self.fmt, self.rows, self.memory = fmt, rows, memory
+        layout = engram_format(fmt)
+        self.value_bytes, self.scale_bytes = layout.value_bytes(DIM), layout.scale_bytes(DIM)
         self.nbytes = rows * (self.value_bytes + self.scale_bytes)
         self._mm = None
         self.registered = False
@@ -82,18 +82,12 @@ class Table:
             self.bytes = torch.frombuffer(self._mm, dtype=torch.uint8)
         else:
             raise ValueError(memory)
-        fill_random(self.bytes, device, self.scale_region())
+        fill_random(self.bytes, device, self.rows * self.value_bytes)
         if memory == "host_registered" and device.type == "cuda":
             err = torch.cuda.cudart().cudaHostRegister(self.bytes.data_ptr(), self.nbytes, 0)
             if int(err) != 0:
                 raise RuntimeError(f"cudaHostRegister({self.nbytes} bytes) failed: {err}")
             self.registered = True
-
-    def scale_region(self) -> tuple[int, int, int]:
-        """(offset, stride, count) of scale bytes, so the fill keeps them finite (no 255)."""
-        if self.layout == "split":
-            return self.rows * self.value_bytes, 1, self.rows * self.scale_bytes
-        return self.value_bytes, self.value_bytes + self.scale_bytes, self.rows
 
     def close(self) -> None:
         if self.registered:
@@ -108,26 +102,26 @@ class Table:
         base = self.bytes.data_ptr()
         return base, base + self.rows * self.value_bytes
 
-    def packed_view(self) -> torch.Tensor:
-        return self.bytes.view(self.rows, self.value_bytes + self.scale_bytes)
+    def arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The values and scales arrays as uint8 [rows, bytes per row]."""
+        split = self.rows * self.value_bytes
+        return (
+            self.bytes[:split].view(self.rows, self.value_bytes),
+            self.bytes[split:].view(self.rows, self.scale_bytes),
+        )
 
 
-def fill_random(buffer: torch.Tensor, device: torch.device, scale_region: tuple[int, int, int]) -> None:
+def fill_random(buffer: torch.Tensor, device: torch.device, scales_from: int) -> None:
     """Random bytes, generated on the device in 1 GiB pieces and copied where the buffer lives;
-    scale bytes in 100..150 so no row decodes to inf/NaN."""
+    scale bytes (from offset `scales_from` on) in 100..150 so no row decodes to inf/NaN."""
     step = 1 << 30
     gen = torch.Generator(device=device).manual_seed(0)
     for a in range(0, buffer.numel(), step):
         b = min(a + step, buffer.numel())
         chunk = torch.randint(0, 256, (b - a,), dtype=torch.uint8, device=device, generator=gen)
         buffer[a:b].copy_(chunk)
-    offset, stride, count = scale_region
-    if stride == 1:
-        region = buffer[offset : offset + count]
-        region.copy_((region.to(device) % 51 + 100).to(region.device))
-    else:
-        view = buffer.view(-1, stride)[:, offset:]
-        view.copy_((view.to(device) % 51 + 100).to(view.device))
+    region = buffer[scales_from:]
+    region.copy_((region.to(device) % 51 + 100).to(region.device))
 
 
 # ---- kernels --------------------------------------------------------------------------------
@@ -144,32 +138,27 @@ def load_upstream_fp8(path: str | None):
 
 
 def gather_fn(table: Table, upstream_fp8, sort_ids: bool):
-    """A function ids -> out for this table, or None where no kernel covers the combination."""
-    if table.layout == "split":
-        w, s = table.pointers
-        if table.fmt == "mxfp4":
-            return lambda ids, out: mxfp4_gather(w, s, ids, out, DIM, row_hi=table.rows, sort_ids=sort_ids)
-        if table.fmt == "nvfp4":
-            return lambda ids, out: nvfp4_gather(
-                w, s, ids, out, DIM, 0.01, row_hi=table.rows, sort_ids=sort_ids
-            )
-        if upstream_fp8 is None:
-            return None
+    """A function ids -> out for this table."""
+    w, s = table.pointers
+    if table.fmt == MXFP4.name:
+        return lambda ids, out: mxfp4_gather(w, s, ids, out, DIM, row_hi=table.rows, sort_ids=sort_ids)
+    if table.fmt == NVFP4.name:
+        return lambda ids, out: nvfp4_gather(
+            w, s, ids, out, DIM, NV_GLOBAL_SCALE, row_hi=table.rows, sort_ids=sort_ids
+        )
+    if upstream_fp8 is not None:
         return lambda ids, out: upstream_fp8(
             w, s, ids, out, DIM, FP8_BLOCK, row_hi=table.rows, sort_ids=sort_ids
         )
-    fmt = MXFP4 if table.fmt == "mxfp4" else FP8
-    packed = table.packed_view()
+    values, scales = table.arrays()
 
-    def packed_gather(ids, out):
-        if sort_ids:  # the packed kernel has no sort: sort here, write back in order
-            ids, dst = torch.sort(ids)
-            out[dst] = gather_triton.gather_dequantize_gpu(packed, ids, fmt, 0, table.rows)
-            return out
-        out.copy_(gather_triton.gather_dequantize_gpu(packed, ids, fmt, 0, table.rows))
+    def torch_fp8(ids, out):  # the stand-in peer: gather both arrays, decode by the definition
+        rows = ids.to(values.device)
+        picked = values[rows].view(FP8.values.torch_dtype()), scales[rows].view(FP8.scales.torch_dtype())
+        out.copy_(FP8.dequantize(*picked))
         return out
 
-    return packed_gather
+    return torch_fp8
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -210,7 +199,7 @@ def every_pair_table() -> tuple[torch.Tensor, torch.Tensor]:
     """Split MXFP4 rows holding every code byte under every scale byte (DIM 256: 2 rows each)."""
     codes = torch.arange(256, dtype=torch.uint8).view(2, 128)
     weight = codes.repeat(256, 1)
-    per_row = scale_bytes("mxfp4", DIM)
+    per_row = MXFP4.scale_bytes(DIM)
     scale = torch.arange(256, dtype=torch.uint8).repeat_interleave(2)[:, None].expand(-1, per_row)
     return weight.contiguous(), scale.contiguous().view(torch.float8_e8m0fnu)
 
@@ -236,30 +225,29 @@ def check_correctness(device: torch.device, upstream_fp8) -> dict[str, object]:
                          sort_ids=sort_ids)  # fmt: skip
             same = torch.equal(out.cpu().view(torch.int16), want)
             results[f"mxfp4_split_{where}_{'sorted' if sort_ids else 'unsorted'}_bit_exact"] = same
-    # the packed-row kernels against their own torch path
+    # NVFP4 (random codes, every finite E4M3 scale byte) and upstream's FP8 kernel against the
+    # CPU engine's table (`EngramTable.lookup`, the formats' decoders)
     from sglang_ds41.engram.table import EngramTable
 
     gen = torch.Generator().manual_seed(1)
-    for name, values in (
-        ("mxfp4", torch.randint(0, 256, (300, value_bytes("mxfp4", DIM)), generator=gen, dtype=torch.uint8)),
-        ("fp8", (torch.randn(300, DIM, generator=gen) * 40).to(torch.float8_e4m3fn)),
-    ):
-        scales = torch.randint(110, 140, (300, scale_bytes(name, DIM)), generator=gen, dtype=torch.uint8)
-        table = EngramTable.from_tensors(values, scales.view(torch.float8_e8m0fnu), pin=False)
-        ids = torch.randint(0, 300, (97,), generator=gen)
-        want_packed = table.lookup(ids)
-        fmt = MXFP4 if name == "mxfp4" else FP8
-        got = gather_triton.gather_dequantize_gpu(table.packed.to(device), ids.to(device), fmt, 0, 300)
-        results[f"{name}_packed_device_bit_exact"] = torch.equal(
-            got.cpu().view(torch.int16), want_packed.view(torch.int16)
+    codes = torch.randint(0, 256, (300, NVFP4.value_bytes(DIM)), generator=gen, dtype=torch.uint8)
+    nv_scales = torch.randint(0, 0x7F, (300, NVFP4.scale_bytes(DIM)), generator=gen, dtype=torch.uint8)
+    ids = torch.randint(0, 300, (97,), generator=gen)
+    owned = torch.ones(97, dtype=torch.bool)
+    want = nvfp4_rows(codes, nv_scales.view(torch.float8_e4m3fn), NV_GLOBAL_SCALE, ids, owned)
+    w, s = codes.to(device), nv_scales.to(device)
+    out = torch.empty(97, DIM, dtype=torch.bfloat16, device=device)
+    nvfp4_gather(w.data_ptr(), s.data_ptr(), ids.to(device), out, DIM, NV_GLOBAL_SCALE)
+    results["nvfp4_split_device_bit_exact"] = torch.equal(out.cpu().view(torch.int16), want.view(torch.int16))
+    if upstream_fp8 is not None:
+        values = (torch.randn(300, DIM, generator=gen) * 40).to(torch.float8_e4m3fn)
+        scales = torch.randint(110, 140, (300, FP8.scale_bytes(DIM)), generator=gen, dtype=torch.uint8)
+        want = EngramTable.from_tensors(values, scales.view(torch.float8_e8m0fnu), pin=False).lookup(ids)
+        w, s = values.to(device), scales.to(device)
+        upstream_fp8(w.data_ptr(), s.data_ptr(), ids.to(device), out, DIM, FP8_BLOCK)
+        results["fp8_upstream_kernel_equals_project_fp8"] = torch.equal(
+            out.cpu().view(torch.int16), want.view(torch.int16)
         )
-        if name == "fp8" and upstream_fp8 is not None:
-            w, s = values.to(device), scales.to(device)
-            out = torch.empty(97, DIM, dtype=torch.bfloat16, device=device)
-            upstream_fp8(w.data_ptr(), s.data_ptr(), ids.to(device), out, DIM, FP8_BLOCK)
-            results["fp8_upstream_kernel_equals_project_fp8"] = torch.equal(
-                out.cpu().view(torch.int16), want_packed.view(torch.int16)
-            )
     return results
 
 
@@ -320,7 +308,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             "python": platform.python_version(),
         },
         "rows": rows,
-        "fp8_peer": "upstream engram_gather (sglang 0.5.23)" if upstream_fp8 else "project packed FP8 kernel",
+        "fp8_peer": (
+            "upstream engram_gather (sglang 0.5.23)" if upstream_fp8 else "torch gather + decode (stand-in)"
+        ),
     }
     t0 = time.time()
     report["correctness"] = check_correctness(device, upstream_fp8)
@@ -336,17 +326,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     timings: list[dict[str, object]] = []
     graph_result: dict[str, object] | None = None
     for memory in memories:
-        for fmt, layout in (
-            ("mxfp4", "split"), ("nvfp4", "split"), ("fp8", "split"), ("mxfp4", "packed"), ("fp8", "packed")
-        ):  # fmt: skip
-            if fmt == "fp8" and layout == "split" and upstream_fp8 is None:
-                continue
+        for fmt in (MXFP4.name, NVFP4.name, FP8.name):
             t1 = time.time()
             try:
-                table = Table(fmt, layout, rows, memory, device)
+                table = Table(fmt, rows, memory, device)
             except (RuntimeError, OSError) as error:
-                timings.append({"memory": memory, "format": fmt, "layout": layout, "error": str(error)})
-                print(f"{memory} {fmt} {layout}: {error}", flush=True)
+                timings.append({"memory": memory, "format": fmt, "error": str(error)})
+                print(f"{memory} {fmt}: {error}", flush=True)
                 continue
             setup_s = time.time() - t1
             for sort_ids in (False, True):
@@ -357,14 +343,14 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                     repeats = 1 if args.smoke else (10 if name == "prefill_8k" else 50)
                     ms = time_calls(fn, sets, out, repeats)
                     timings.append({
-                        "memory": memory, "format": fmt, "layout": layout, "sorted": sort_ids,
+                        "memory": memory, "format": fmt, "sorted": sort_ids,
                         "call": name, "rows_per_call": n, "ms": ms,
                         "table_gib": table.nbytes / 2**30, "setup_s": setup_s,
                     })  # fmt: skip
-            if memory == "device" and fmt == "mxfp4" and layout == "split":
+            if memory == "device" and fmt == MXFP4.name:
                 graph_result = check_graph(table, device)
             table.close()
-            print(f"{memory} {fmt} {layout}: done in {time.time() - t1:.0f} s", flush=True)
+            print(f"{memory} {fmt}: done in {time.time() - t1:.0f} s", flush=True)
     report["timings"] = timings
     report["cuda_graph"] = graph_result
     report["ratios"] = ratios(timings)
@@ -372,19 +358,15 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 
 def ratios(timings: list[dict[str, object]]) -> list[dict[str, object]]:
-    """4-bit / FP8 time for each (memory, format, layout, sorted, call); FP8 split = the upstream peer."""
-    by_key = {
-        (t["memory"], t["format"], t["layout"], t["sorted"], t["call"]): t["ms"] for t in timings if "ms" in t
-    }
+    """4-bit / FP8 time for each (memory, format, sorted, call); FP8 = the upstream peer."""
+    by_key = {(t["memory"], t["format"], t["sorted"], t["call"]): t["ms"] for t in timings if "ms" in t}
     out = []
-    for (memory, fmt, layout, sort_ids, call), ms in sorted(by_key.items(), key=str):
-        if fmt == "fp8":
+    for (memory, fmt, sort_ids, call), ms in sorted(by_key.items(), key=str):
+        if fmt == FP8.name:
             continue
-        peer = by_key.get((memory, "fp8", "split", sort_ids, call)) or by_key.get(
-            (memory, "fp8", layout, sort_ids, call)
-        )
+        peer = by_key.get((memory, FP8.name, sort_ids, call))
         if peer:
-            out.append({"memory": memory, "format": fmt, "layout": layout, "sorted": sort_ids, "call": call,
+            out.append({"memory": memory, "format": fmt, "sorted": sort_ids, "call": call,
                         "fp4_ms": ms, "fp8_ms": peer, "ratio": ms / peer})  # fmt: skip
     return out
 
@@ -393,12 +375,12 @@ def table_text(report: dict[str, object]) -> str:
     lines = [
         f"FP8 peer: {report['fp8_peer']}; rows per rank table: {report['rows']:,}",
         "",
-        "| memory | 4-bit format, layout | ids | call | 4-bit ms | FP8 ms | 4-bit/FP8 |",
+        "| memory | 4-bit format | ids | call | 4-bit ms | FP8 ms | 4-bit/FP8 |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in report["ratios"]:
         lines.append(
-            f"| {r['memory']} | {r['format']} {r['layout']} | "
+            f"| {r['memory']} | {r['format']} | "
             f"{'sorted' if r['sorted'] else 'unsorted'} | {r['call']} | "
             f"{r['fp4_ms']:.4f} | {r['fp8_ms']:.4f} | {r['ratio']:.2f} |"
         )

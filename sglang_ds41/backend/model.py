@@ -293,7 +293,7 @@ class DeepseekV41ForCausalLM(nn.Module):
                 shard.start,
                 shard.stop,
                 module.table.num_rows,
-                module.table.fmt.quant.value,
+                module.table.fmt.format.name,
             )
 
     def slot_store(self) -> SlotState:

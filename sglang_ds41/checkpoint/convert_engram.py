@@ -43,7 +43,14 @@ import numpy as np
 from sglang_ds41 import formats
 from sglang_ds41.checkpoint import engram_quality
 from sglang_ds41.checkpoint.engram_quality import Quality, TableReport
-from sglang_ds41.checkpoint.engram_recode import SCALE_RULES, default_scale_rule, default_workers, recode
+from sglang_ds41.checkpoint.engram_recode import (
+    SCALE_RULES,
+    TARGETS,
+    default_scale_rule,
+    default_workers,
+    recode,
+)
+from sglang_ds41.checkpoint.manifest import DTYPE_BYTES
 from sglang_ds41.checkpoint.reader import CONFIG_FILE, INDEX_FILE, Checkpoint, StoredTensor
 from sglang_ds41.checkpoint.st_writer import (
     PARTIAL_SUFFIX,
@@ -58,11 +65,12 @@ from sglang_ds41.checkpoint.st_writer import (
     write_bytes_atomic,
 )
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats.engram import FP8, MXFP4, NVFP4, EngramFormat, engram_format, tensor_name
 
-FORMATS = ("mxfp4", "nvfp4", "fp8")
+FORMATS = TARGETS
 # Which source format each target is converted from: 4-bit tables from the official FP8 ones;
 # FP8 back from MXFP4 (lossless; NVFP4 values need up to 6 significant bits, FP8 holds 4).
-SOURCE_OF = {"mxfp4": "fp8", "nvfp4": "fp8", "fp8": "mxfp4"}
+SOURCE_OF = {MXFP4.name: FP8.name, NVFP4.name: FP8.name, FP8.name: MXFP4.name}
 JOURNAL = ".convert-engram.json"
 JOURNAL_KIND = "sglang-ds41 convert-engram journal v1"
 DEFAULT_REPORT_ROWS = 1 << 16
@@ -180,9 +188,13 @@ class Plan:
         }
 
     @property
+    def target(self) -> EngramFormat:
+        return engram_format(self.to)
+
+    @property
     def output_parts(self) -> tuple[str, str]:
         """The output's names for the rows' (values, scales) parts."""
-        return ("weight", "weight_scale") if self.to == "nvfp4" else ("weight", "scale")
+        return self.target.values.name, self.target.scales.name
 
 
 def _raw_header(path: Path) -> bytes:
@@ -192,20 +204,21 @@ def _raw_header(path: Path) -> bytes:
 
 
 def _out_jobs(table: Table, stored: StoredTensor, to: str) -> list[Job]:
-    """The output tensors a source table tensor turns into (its weight or its scale)."""
-    rows, width = table.rows, table.width
+    """The output tensors a source table tensor turns into: its weight becomes the target's values
+    (and NVFP4's global scale, which has no source), its scale the target's scales."""
+    target, source_scales = engram_format(to), engram_format(SOURCE_OF[to]).scales
+    shapes = target.shapes(table.rows, table.width)
     if stored.name == table.scale.name:
-        if to == "nvfp4":
-            spec = ("weight_scale", "F8_E4M3", (rows, formats.scale_bytes("nvfp4", width)))
-        else:
-            spec = ("scale", table.scale.dtype, table.scale.shape)
-        part, dtype, shape = spec
-        name = f"{table.prefix}.{part}"
-        return [Job(name, dtype, shape, math.prod(shape), stored, table, part)]
-    weight = ("F8_E4M3" if to == "fp8" else "U8", (rows, formats.value_bytes(to, width)))
-    jobs = [Job(stored.name, weight[0], weight[1], math.prod(weight[1]), stored, table, "weight")]
-    if to == "nvfp4":
-        jobs.append(Job(f"{table.prefix}.weight_scale_2", "F32", (), 4, stored, table, "weight_scale_2"))
+        parts = [target.scales]
+    else:
+        parts = [target.values] + ([target.global_scale] if target.global_scale is not None else [])
+    jobs = []
+    for part in parts:
+        # scales of the same kind keep the source's spelling of their bytes (E8M0 or U8)
+        dtype = table.scale.dtype if part is source_scales else part.dtype
+        shape = shapes[part]
+        nbytes = math.prod(shape) * DTYPE_BYTES[dtype]
+        jobs.append(Job(f"{table.prefix}.{part.name}", dtype, shape, nbytes, stored, table, part.name))
     return jobs
 
 
@@ -259,11 +272,12 @@ def make_plan(
     tables = []
     with _Sources(src) as sources:
         for layer in todo:
-            weight = ckpt.stored[f"layers.{layer}.engram.embed.weight"]
-            scale = ckpt.stored[f"layers.{layer}.engram.embed.scale"]
-            width = scale.shape[1] * formats.scale_block(source_format)
+            source = engram_format(source_format)
+            weight = ckpt.stored[tensor_name(f"layers.{layer}.engram", source.values)]
+            scale = ckpt.stored[tensor_name(f"layers.{layer}.engram", source.scales)]
+            width = scale.shape[1] * source.scale_block
             table = Table(layer, weight.shape[0], width, weight, scale)
-            if to == "nvfp4":
+            if engram_format(to).global_scale is not None:
                 table = replace(table, global_scale=_global_scale(sources, table))
             tables.append(table)
     by_name = {t.weight.name: t for t in tables} | {t.scale.name: t for t in tables}
@@ -288,9 +302,10 @@ def make_plan(
     config_raw = (src / CONFIG_FILE).read_bytes()
     index_raw = (src / INDEX_FILE).read_bytes() if (src / INDEX_FILE).is_file() else None
     digest.update(config_raw + (index_raw or b""))
-    quant = {layer for layer, fmt in formats_by_layer.items() if fmt != "fp8"}
-    quant = (quant - set(todo)) if to == "fp8" else (quant | set(todo))
-    quant_format = to if to != "fp8" else next(iter(set(formats_by_layer.values()) - {"fp8"}), "fp8")
+    official = FP8.name
+    quant = {layer for layer, fmt in formats_by_layer.items() if fmt != official}
+    quant = (quant - set(todo)) if to == official else (quant | set(todo))
+    quant_format = to if to != official else next(iter(set(formats_by_layer.values()) - {official}), official)
     out_size = sum(j.nbytes for s in shards for j in s.jobs)
     names = {j.name: s.file for s in shards for j in s.jobs}
     skip = {CONFIG_FILE, INDEX_FILE, engram_quality.REPORT_FILE, *ckpt.shards}
@@ -316,15 +331,15 @@ def make_plan(
 
 def _check_formats(src: Path, to: str, wanted: list[int], formats_by_layer: dict[int, str]) -> None:
     """One config can declare one 4-bit Engram format; refuse what would need two, or NVFP4 -> FP8."""
-    if to == "fp8":
-        nv = [layer for layer in wanted if formats_by_layer[layer] == "nvfp4"]
+    if to == FP8.name:
+        nv = [layer for layer in wanted if formats_by_layer[layer] == NVFP4.name]
         if nv:
             raise ConvertError(
                 f"{src}: the Engram tables of layer(s) {nv} are NVFP4; --to fp8 converts MXFP4 tables "
                 "only (an NVFP4 value has up to 6 significant bits, FP8 keeps 4: not lossless)"
             )
         return
-    other = sorted(set(formats_by_layer.values()) - {"fp8", to})
+    other = sorted(set(formats_by_layer.values()) - {FP8.name, to})
     if other:
         layers = [layer for layer, fmt in sorted(formats_by_layer.items()) if fmt in other]
         raise ConvertError(
@@ -359,7 +374,7 @@ def _new_config(raw: bytes, fmt: str, layers: set[int], src: Path) -> bytes:
     if layers:
         quant.update(
             engram_embed_quant=fmt,
-            engram_embed_block_size=formats.scale_block(fmt),
+            engram_embed_block_size=engram_format(fmt).scale_block,
             engram_embed_layers=sorted(layers),
         )
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
@@ -624,7 +639,7 @@ class _Journal:
 
 
 # What a journal written before `--scale-rule` existed converted with.
-_RULE_BEFORE_RULES = {"mxfp4": "ocp", "fp8": "exact"}
+_RULE_BEFORE_RULES = {MXFP4.name: "ocp", FP8.name: "exact"}
 
 
 def key_layers(plan: Plan) -> list[int]:
@@ -752,9 +767,9 @@ def _write_shard(
         parts = {(j.table.layer, j.part): j for j in shard.jobs if j.table is not None}
         quality: dict[int, Quality] = {}
         for (layer, part), job in parts.items():
-            if part == "weight":
+            if part == plan.target.values.name:
                 quality[layer] = Quality()
-            if part == "weight_scale_2":  # NVFP4's one float32 per table
+            if part == NVFP4.global_scale.name:  # NVFP4's one float32 per table
                 out.write_at(where[job.name], struct.pack("<f", job.table.global_scale))
 
         def read_rows(chunk: tuple[Table, int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -851,7 +866,7 @@ def _report(plan: Plan, journal: _Journal) -> list[TableReport]:
 def convert(
     src: str | Path,
     dst: str | Path,
-    to: str = "mxfp4",
+    to: str = MXFP4.name,
     *,
     layers: Iterable[int] | None = None,
     scale_rule: str | None = None,

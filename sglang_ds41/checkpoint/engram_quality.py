@@ -37,15 +37,26 @@ import torch
 
 from sglang_ds41 import formats
 from sglang_ds41.checkpoint.engram_recode import _split_rows
+from sglang_ds41.formats.engram import ENGRAM_FORMATS, EngramFormat, engram_format
 
 REPORT_FILE = "engram_quality.json"
 REPORT_KIND = "sglang-ds41 Engram quality report v1"
-_FORMAT_CODES = {"fp8": 0, "mxfp4": 1, "nvfp4": 2}
 _FIXED = 2.0**40  # fixed-point unit of the sums
 _PER_DECADE = 1000
 _LOW_DECADE = -12  # values below 1e-12 (and exact zeros) share bin 0
 _BINS = (_LOW_DECADE * -1 + 2) * _PER_DECADE  # up to 1e2
 MEASURED, ZERO_ROW, NON_FINITE_ROW = 0, 1, 2
+
+
+def _kernel_code(fmt: EngramFormat) -> int:
+    """The row kernel's cases: 0 = E4M3 values under E8M0 scales per 32 (FP8), 1 = E2M1 codes
+    under E8M0 per 32 (MXFP4), 2 = E2M1 codes under E4M3 per 16 times a global scale (NVFP4)."""
+    if not fmt.four_bit:
+        return 0
+    return 2 if fmt.global_scale is not None else 1
+
+
+_FORMAT_CODES = {name: _kernel_code(fmt) for name, fmt in ENGRAM_FORMATS.items()}
 
 
 @cache
@@ -261,7 +272,7 @@ def measure(
 ) -> Quality:
     """Quality of converted rows (`to`, uint8 bytes as stored) against their source rows."""
     rows = src_weight.shape[0]
-    width = src_scale.shape[1] * formats.scale_block(source_format)
+    width = src_scale.shape[1] * engram_format(source_format).scale_block
     cos, rel = np.empty(rows, np.float64), np.empty(rows, np.float64)
     kind, blocks = np.empty(rows, np.uint8), np.empty((rows, 2), np.int64)
     ws2 = np.float32(global_scale if global_scale is not None else 0.0)
@@ -277,7 +288,7 @@ def measure(
     _split_rows(rows, workers, run)
     ok = kind == MEASURED
     c, e = cos[ok], rel[ok]
-    per_row = formats.scale_bytes(to, width)  # output blocks per row
+    per_row = engram_format(to).scale_bytes(width)  # output blocks per row
     return Quality(
         rows=rows,
         measured=int(ok.sum()),
@@ -317,8 +328,8 @@ class TableReport:
             "source_format": self.source_format,
             "format": self.format,
             "scale_rule": self.scale_rule,
-            "bytes_per_row": formats.bytes_per_row(self.format, self.width),
-            "source_bytes_per_row": formats.bytes_per_row(self.source_format, self.width),
+            "bytes_per_row": engram_format(self.format).bytes_per_row(self.width),
+            "source_bytes_per_row": engram_format(self.source_format).bytes_per_row(self.width),
             **self.quality.summary(),
         }
 

@@ -42,13 +42,14 @@ import torch
 from sglang_ds41 import formats
 from sglang_ds41.fast.jit import compiled
 from sglang_ds41.formats import e2m1
+from sglang_ds41.formats.engram import FP8, MXFP4, NVFP4
 
-BLOCK = formats.scale_block("mxfp4")  # FP8 / MXFP4 values per scale (32)
-NV_BLOCK = formats.scale_block("nvfp4")  # NVFP4 values per scale (16)
-TARGETS = ("mxfp4", "nvfp4", "fp8")
+BLOCK = MXFP4.scale_block  # FP8 / MXFP4 values per scale (32)
+NV_BLOCK = NVFP4.scale_block  # NVFP4 values per scale (16)
 # Scale rules per target; the first is the default (see README: least squared error, the same
 # decoders, never worse per block than the standard rule).
-SCALE_RULES = {"mxfp4": ("mse", "ocp"), "nvfp4": ("mse", "modelopt"), "fp8": ("exact",)}
+SCALE_RULES = {MXFP4.name: ("mse", "ocp"), NVFP4.name: ("mse", "modelopt"), FP8.name: ("exact",)}
+TARGETS = tuple(SCALE_RULES)  # mxfp4, nvfp4, fp8
 
 _K_MIN, _K_MAX = -7, 12  # 2 - floor(log2 m) over E4M3 magnitudes m in [2**-9, 448], +-1 for mse
 _ERR_UNIT = 2.0**13  # values in units of 2**-13 of the FP8 scale are integers (squares: 2**-26)
@@ -233,10 +234,18 @@ def _split_rows(rows: int, workers: int, run) -> None:
 
 def _check_fp8_rows(weight: np.ndarray, scale: np.ndarray) -> None:
     rows, width = weight.shape
-    if width % BLOCK or scale.shape != (rows, formats.scale_bytes("fp8", width)):
+    if width % BLOCK or scale.shape != (rows, FP8.scale_bytes(width)):
         raise ValueError(
             f"FP8 rows {weight.shape} / scales {scale.shape}: expected [R, W] and [R, W/{BLOCK}]"
         )
+
+
+def _fp8_tensors(weight: np.ndarray, scale: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 row bytes as the tensors the definitions take (E4M3 values, E8M0 scales)."""
+    return (
+        torch.from_numpy(weight).view(FP8.values.torch_dtype()),
+        torch.from_numpy(scale).view(FP8.scales.torch_dtype()),
+    )
 
 
 def fp8_to_mxfp4(
@@ -246,11 +255,11 @@ def fp8_to_mxfp4(
 
     Bit-identical to ``formats.fp8_rows_to_mxfp4(..., scale_rule=scale_rule)``."""
     _check_fp8_rows(weight, scale)
-    if scale_rule not in SCALE_RULES["mxfp4"]:
-        raise ValueError(f"MXFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES['mxfp4']}")
+    if scale_rule not in SCALE_RULES[MXFP4.name]:
+        raise ValueError(f"MXFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES[MXFP4.name]}")
     rows, width = weight.shape
-    codes = np.empty((rows, formats.value_bytes("mxfp4", width)), np.uint8)
-    scales = np.empty((rows, formats.scale_bytes("mxfp4", width)), np.uint8)
+    codes = np.empty((rows, MXFP4.value_bytes(width)), np.uint8)
+    scales = np.empty((rows, MXFP4.scale_bytes(width)), np.uint8)
     fallback = np.empty(rows, np.bool_)
     tables, mse = _mx_tables(), scale_rule == "mse"
 
@@ -260,11 +269,7 @@ def fp8_to_mxfp4(
     _split_rows(rows, workers, run)
     if fallback.any():
         idx = np.flatnonzero(fallback)
-        ref_codes, ref_scales = formats.fp8_rows_to_mxfp4(
-            torch.from_numpy(weight[idx]).view(torch.float8_e4m3fn),
-            torch.from_numpy(scale[idx]).view(torch.float8_e8m0fnu),
-            scale_rule=scale_rule,
-        )
+        ref_codes, ref_scales = MXFP4.from_fp8_rows(*_fp8_tensors(weight[idx], scale[idx]), scale_rule)
         codes[idx] = ref_codes.numpy()
         scales[idx] = ref_scales.view(torch.uint8).numpy()
     return codes, scales
@@ -278,11 +283,11 @@ def fp8_to_nvfp4(
 
     Bit-identical to ``formats.fp8_rows_to_nvfp4(..., global_scale, scale_rule=scale_rule)``."""
     _check_fp8_rows(weight, scale)
-    if scale_rule not in SCALE_RULES["nvfp4"]:
-        raise ValueError(f"NVFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES['nvfp4']}")
+    if scale_rule not in SCALE_RULES[NVFP4.name]:
+        raise ValueError(f"NVFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES[NVFP4.name]}")
     rows, width = weight.shape
-    codes = np.empty((rows, formats.value_bytes("nvfp4", width)), np.uint8)
-    scales = np.empty((rows, formats.scale_bytes("nvfp4", width)), np.uint8)
+    codes = np.empty((rows, NVFP4.value_bytes(width)), np.uint8)
+    scales = np.empty((rows, NVFP4.scale_bytes(width)), np.uint8)
     fallback = np.empty(rows, np.bool_)
     ws2, mse = np.float32(global_scale), scale_rule == "mse"
     tables = _nv_tables()
@@ -295,12 +300,8 @@ def fp8_to_nvfp4(
     _split_rows(rows, workers, run)
     if fallback.any():
         idx = np.flatnonzero(fallback)
-        ref_codes, ref_scales, _ = formats.fp8_rows_to_nvfp4(
-            torch.from_numpy(weight[idx]).view(torch.float8_e4m3fn),
-            torch.from_numpy(scale[idx]).view(torch.float8_e8m0fnu),
-            torch.tensor(ws2),
-            scale_rule=scale_rule,
-        )
+        fp8_rows = _fp8_tensors(weight[idx], scale[idx])
+        ref_codes, ref_scales, _ = NVFP4.from_fp8_rows(*fp8_rows, scale_rule, torch.tensor(ws2))
         codes[idx] = ref_codes.numpy()
         scales[idx] = ref_scales.view(torch.uint8).numpy()
     return codes, scales
@@ -311,8 +312,8 @@ def mxfp4_to_fp8(codes: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.n
 
     Lossless: E2M1 values have two significant bits and a block spans at most 12x, well inside
     E4M3's normal range once rescaled to amax in (224, 448]."""
-    exact = formats.dequantize_mxfp4(
-        torch.from_numpy(codes), torch.from_numpy(scale).view(torch.float8_e8m0fnu), torch.float32
+    exact = MXFP4.dequantize(
+        torch.from_numpy(codes), torch.from_numpy(scale).view(MXFP4.scales.torch_dtype()), dtype=torch.float32
     )
     values, scales = formats.quantize_fp8_rows(exact)
     return values.view(torch.uint8).numpy(), scales.view(torch.uint8).numpy()
@@ -342,10 +343,10 @@ def recode(
     """Rows of the source format -> (values, scales) of `to`: ``mxfp4`` / ``nvfp4`` from FP8
     (`workers` threads; NVFP4 needs the table's `global_scale`), ``fp8`` from MXFP4."""
     rule = scale_rule or default_scale_rule(to)
-    if to == "mxfp4":
+    if to == MXFP4.name:
         return fp8_to_mxfp4(weight, scale, workers, rule)
-    if to == "nvfp4":
+    if to == NVFP4.name:
         if global_scale is None:
-            raise ValueError("NVFP4 rows need the table's global scale (weight_scale_2)")
+            raise ValueError(f"NVFP4 rows need the table's global scale ({NVFP4.global_scale.name})")
         return fp8_to_nvfp4(weight, scale, global_scale, workers, rule)
     return mxfp4_to_fp8(weight, scale)

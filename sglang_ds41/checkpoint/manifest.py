@@ -11,11 +11,8 @@ Formats (`TensorSpec.format`) and the tensors of one quantised weight (`role`):
 * ``mxfp4``: ``.weight`` I8 ``[out, in/2]`` (two E2M1 codes per byte) + ``.scale`` E8M0 per 32.
 * ``nvfp4``: ``.weight`` U8 ``[out, in/2]`` + ``.weight_scale`` F8_E4M3 per 16 + 0-d F32
   ``.weight_scale_2`` and ``.input_scale`` (ModelOpt names).
-* ``engram_fp8`` / ``engram_mxfp4``: the Engram tables, ``embed.weight`` F8_E4M3 ``[rows, 256]``
-  or U8 ``[rows, 128]``, + ``embed.scale`` E8M0 ``[rows, 8]`` (one scale per 32 columns of a row).
-* ``engram_nvfp4``: ``embed.weight`` U8 ``[rows, 128]`` + ``embed.weight_scale`` F8_E4M3
-  ``[rows, 16]`` + 0-d F32 ``embed.weight_scale_2`` (ModelOpt names; `formats/nvfp4.py`).
-  4-bit table codes may be stored as U8 or I8 (the same bytes; third-party releases use I8).
+* ``engram_fp8`` / ``engram_mxfp4`` / ``engram_nvfp4``: the Engram tables, whose tensors,
+  dtypes and the spellings a checkpoint may use instead are `formats.engram`'s (the one place).
 """
 
 from __future__ import annotations
@@ -28,13 +25,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from sglang_ds41.config import ConfigError, QuantizationConfig, TextConfig, V41Config
+from sglang_ds41.formats import engram as engram_formats
 from sglang_ds41.formats import sizes
 
 BASE = "base"
 NVFP4 = "nvfp4"
 VARIANTS = (BASE, NVFP4)
-ENGRAM_FORMATS = ("fp8", "mxfp4", "nvfp4")
-_PACKED_FORMATS = ("mxfp4", "nvfp4", "engram_mxfp4", "engram_nvfp4")
+ENGRAM_FORMATS = engram_formats.NAMES
+ENGRAM_PREFIX = "engram_"  # TensorSpec.format of a table tensor: engram_ + its format's name
+_PACKED_FORMATS = ("mxfp4", "nvfp4", *(ENGRAM_PREFIX + name for name in engram_formats.FOUR_BIT))
+_PACKED_DTYPES = ("U8", "I8")  # packed E2M1 pairs: the same bytes either way (§8.2, §8.4)
 
 FP8_BLOCK = 32  # FP8 linears: one E8M0 scale per 32 x 32 block
 MX_BLOCK = sizes.scale_block("mxfp4")  # 32 values per E8M0 scale
@@ -63,6 +63,7 @@ class TensorSpec:
     format: str  # bf16 | f32 | fp8 | mxfp4 | nvfp4 | engram_fp8 | engram_mxfp4 | engram_nvfp4
     role: str  # param | weight | scale | weight_scale | weight_scale_2 | input_scale
     group: str  # BACKBONE | ROUTED_EXPERTS | ENGRAM_TABLES | DSPARK | VISION
+    also: tuple[str, ...] = ()  # other dtypes stored with the same bytes (`accepts`)
 
     @property
     def nbytes(self) -> int:
@@ -78,10 +79,10 @@ class TensorSpec:
         return math.prod(self.shape) * (2 if self.format in _PACKED_FORMATS else 1)
 
     def accepts(self, dtype: str, shape: tuple[int, ...]) -> bool:
-        """Whether a stored tensor matches. Tolerated spellings of the same bytes: packed E2M1 as
-        U8 or I8 (§8.2, §8.4), NVFP4 global scales as 0-d or [1] (§12 item 2)."""
-        packed = self.role == "weight" and self.format in _PACKED_FORMATS
-        dtype_ok = dtype == self.dtype or (packed and dtype in ("U8", "I8"))
+        """Whether a stored tensor matches. Tolerated spellings of the same bytes (`also`): packed
+        E2M1 as U8 or I8 (§8.2, §8.4), an Engram table's E8M0 scales as U8; NVFP4 global scales
+        as 0-d or [1] (§12 item 2)."""
+        dtype_ok = dtype == self.dtype or dtype in self.also
         scalar = self.role in ("weight_scale_2", "input_scale")
         shape_ok = tuple(shape) == self.shape or (scalar and tuple(shape) == (1,))
         return dtype_ok and shape_ok
@@ -144,6 +145,13 @@ class Manifest:
         return None
 
 
+def table_format(spec: TensorSpec) -> engram_formats.EngramFormat | None:
+    """The Engram table format of a table tensor's spec; None for every other tensor."""
+    if spec.group != ENGRAM_TABLES:
+        return None
+    return engram_formats.engram_format(spec.format.removeprefix(ENGRAM_PREFIX))
+
+
 # --- release variant and Engram table format (from quantization_config) ------------------------
 
 
@@ -201,15 +209,16 @@ def engram_table_formats(config: V41Config) -> dict[int, str]:
     `engram_embed_layers` lists the converted layers; absent means all of them.
     """
     t, quant = config.text, config.quantization
-    fmt = (quant.engram_embed_quant or "fp8").lower() if quant else "fp8"
+    official = engram_formats.FP8.name  # the release's tables; absent means these
+    fmt = (quant.engram_embed_quant or official).lower() if quant else official
     if fmt not in ENGRAM_FORMATS:
         raise ConfigError(
             f"quantization_config.engram_embed_quant = {fmt!r}, expected one of {list(ENGRAM_FORMATS)}"
         )
-    if fmt == "fp8":
-        return {layer: "fp8" for layer in t.engram_layer_ids}
+    if fmt == official:
+        return {layer: official for layer in t.engram_layer_ids}
     assert quant is not None
-    block, expected = quant.engram_embed_block_size, (NV_BLOCK if fmt == "nvfp4" else MX_BLOCK)
+    block, expected = quant.engram_embed_block_size, engram_formats.engram_format(fmt).scale_block
     if block is not None and block != expected:
         raise ConfigError(
             f"quantization_config.engram_embed_block_size = {block}, expected {expected} for "
@@ -223,7 +232,7 @@ def engram_table_formats(config: V41Config) -> dict[int, str]:
             f"quantization_config.engram_embed_layers names {sorted(unknown)}, which are not Engram "
             f"layers (text_config.engram_layer_ids = {list(t.engram_layer_ids)})"
         )
-    return {layer: (fmt if layer in chosen else "fp8") for layer in t.engram_layer_ids}
+    return {layer: (fmt if layer in chosen else official) for layer in t.engram_layer_ids}
 
 
 def summarize_engram_formats(formats: Mapping[int, str]) -> str:
@@ -299,14 +308,16 @@ class _Builder:
         self.out.append(TensorSpec(f"{prefix}.scale", "F8_E8M0", scale, "fp8", "scale", self.group))
 
     def mxfp4(self, prefix: str, out: int, inp: int) -> None:
-        self.out.append(TensorSpec(f"{prefix}.weight", "I8", (out, inp // 2), "mxfp4", "weight", self.group))
+        g, codes = self.group, (out, inp // 2)
+        self.out.append(TensorSpec(f"{prefix}.weight", "I8", codes, "mxfp4", "weight", g, _PACKED_DTYPES))
         self.out.append(
             TensorSpec(f"{prefix}.scale", "F8_E8M0", (out, inp // MX_BLOCK), "mxfp4", "scale", self.group)
         )
 
     def nvfp4(self, prefix: str, out: int, inp: int) -> None:
         g = self.group
-        self.out.append(TensorSpec(f"{prefix}.weight", "U8", (out, inp // 2), "nvfp4", "weight", g))
+        codes = (out, inp // 2)
+        self.out.append(TensorSpec(f"{prefix}.weight", "U8", codes, "nvfp4", "weight", g, _PACKED_DTYPES))
         self.out.append(
             TensorSpec(
                 f"{prefix}.weight_scale", "F8_E4M3", (out, inp // NV_BLOCK), "nvfp4", "weight_scale", g
@@ -316,15 +327,14 @@ class _Builder:
         self.out.append(TensorSpec(f"{prefix}.input_scale", "F32", (), "nvfp4", "input_scale", g))
 
     def engram_table(self, prefix: str, rows: int, width: int, fmt: str) -> None:
-        f, g = f"engram_{fmt}", ENGRAM_TABLES
-        values, scales = (rows, sizes.value_bytes(fmt, width)), (rows, sizes.scale_bytes(fmt, width))
-        values_dtype = "F8_E4M3" if fmt == "fp8" else "U8"
-        self.out.append(TensorSpec(f"{prefix}.weight", values_dtype, values, f, "weight", g))
-        if fmt == "nvfp4":
-            self.out.append(TensorSpec(f"{prefix}.weight_scale", "F8_E4M3", scales, f, "weight_scale", g))
-            self.out.append(TensorSpec(f"{prefix}.weight_scale_2", "F32", (), f, "weight_scale_2", g))
-        else:
-            self.out.append(TensorSpec(f"{prefix}.scale", "F8_E8M0", scales, f, "scale", g))
+        """The table's tensors as `formats.engram` declares them; role = the part's name."""
+        table = engram_formats.engram_format(fmt)
+        for part, shape in table.shapes(rows, width).items():
+            name = engram_formats.tensor_name(prefix, part)
+            also = tuple(d for d in part.accepted if d != part.dtype)
+            self.out.append(
+                TensorSpec(name, part.dtype, shape, ENGRAM_PREFIX + fmt, part.name, ENGRAM_TABLES, also)
+            )
 
 
 def _attention(b: _Builder, p: str, t: TextConfig) -> None:
@@ -386,7 +396,7 @@ def _layer(b: _Builder, layer: int, t: TextConfig, expert_format: str, engram_fo
     if engram_format is not None:
         rows = t.engram_num_embeddings[t.engram_layer_ids.index(layer)]
         n_columns = (t.engram_max_ngram_size - 1) * t.engram_n_heads
-        b.engram_table(f"{p}.engram.embed", rows, t.engram_head_dim, engram_format)
+        b.engram_table(f"{p}.engram", rows, t.engram_head_dim, engram_format)
         b.fp8(f"{p}.engram.wkv", (t.hc_mult + 1) * d, n_columns * t.engram_head_dim)
         b.plain(f"{p}.engram.q_weight", "BF16", t.hc_mult, d)
         b.plain(f"{p}.engram.k_weight", "BF16", t.hc_mult, d)

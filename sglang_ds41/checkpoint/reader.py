@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_ds41.checkpoint.manifest import DTYPE_BYTES, Manifest, TensorSpec, build_manifest
+from sglang_ds41.checkpoint.manifest import DTYPE_BYTES, Manifest, TensorSpec, build_manifest, table_format
 from sglang_ds41.config import ConfigError, V41Config
 from sglang_ds41.errors import Ds41Error
 
@@ -337,9 +337,10 @@ def _mismatch(spec: TensorSpec, got: StoredTensor, manifest: Manifest) -> str:
     if not spec.accepts(spec.dtype, got.shape):
         what.append(f"shape {list(got.shape)}, expected {list(spec.shape)}")
     line = f"tensor {spec.name} in shard {got.file}: " + "; ".join(what) + f" ({spec.format} {spec.role})"
-    if spec.format.startswith("engram_") and spec.role == "weight":
+    table = table_format(spec)
+    if table is not None and spec.role == table.values.name:
         line += (
-            f" — the config declares {spec.format.removeprefix('engram_').upper()} Engram tables "
+            f" — the config declares {table.name.upper()} Engram tables "
             "(quantization_config.engram_embed_quant)"
         )
     elif spec.format in ("mxfp4", "nvfp4") and spec.role == "weight":

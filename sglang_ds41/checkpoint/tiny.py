@@ -33,7 +33,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sglang_ds41.checkpoint.manifest import BASE, ENGRAM_FORMATS, NVFP4, VARIANTS, Manifest, build_manifest
+from sglang_ds41.checkpoint.manifest import (
+    BASE,
+    ENGRAM_FORMATS,
+    NVFP4,
+    VARIANTS,
+    Manifest,
+    build_manifest,
+    table_format,
+)
 from sglang_ds41.checkpoint.reader import CONFIG_FILE, HF_QUANT_FILE, INDEX_FILE
 from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.errors import Ds41Error
@@ -225,6 +233,8 @@ def _weights(manifest: Manifest, seed: int) -> dict[str, Any]:
     import torch
 
     from sglang_ds41 import formats
+    from sglang_ds41.checkpoint.engram_recode import default_scale_rule
+    from sglang_ds41.formats.engram import table_prefix, tensor_name
 
     out: dict[str, Any] = {}
     for spec in manifest:
@@ -250,33 +260,17 @@ def _weights(manifest: Manifest, seed: int) -> dict[str, Any]:
                 out[name], out[f"{prefix}.weight_scale"] = w, ws
                 out[f"{prefix}.weight_scale_2"] = ws2.reshape(())
                 out[f"{prefix}.input_scale"] = formats.nvfp4.global_scale(_NV_INPUT_AMAX).reshape(())
-        elif spec.format.startswith("engram_"):
-            prefix = name.removesuffix(".weight")
-            rows, width = shape[0], shape[1] * (1 if spec.format == "engram_fp8" else 2)
-            values, scales = formats.quantize_fp8_rows(_normal((rows, width), 1.0, seed, prefix))
-            out.update(_engram_table(prefix, spec.format.removeprefix("engram_"), values, scales))
+        elif (table := table_format(spec)) is not None:
+            # the official FP8 rows, re-encoded in the table's format as convert-engram would
+            rows, width = shape[0], shape[1] * (2 if table.four_bit else 1)
+            fp8_rows = _normal((rows, width), 1.0, seed, name.removesuffix(f".{table.values.name}"))
+            values, scales = formats.quantize_fp8_rows(fp8_rows)
+            encoded = table.from_fp8_rows(values, scales, default_scale_rule(table.name))
+            prefix = table_prefix(name)
+            out.update({tensor_name(prefix, part): t for part, t in zip(table.parts, encoded, strict=True)})
         else:  # pragma: no cover - a new format without a generator is a programming error
             raise AssertionError(f"no generator for {spec.format}")
     return out
-
-
-def _engram_table(prefix: str, fmt: str, values, scales) -> dict[str, Any]:
-    """The table's tensors in `fmt`, re-encoded from its FP8 rows as convert-engram would."""
-    from sglang_ds41 import formats
-    from sglang_ds41.checkpoint.engram_recode import default_scale_rule
-
-    if fmt == "fp8":
-        return {f"{prefix}.weight": values, f"{prefix}.scale": scales}
-    rule = default_scale_rule(fmt)
-    if fmt == "mxfp4":
-        codes, mx_scales = formats.fp8_rows_to_mxfp4(values, scales, scale_rule=rule)
-        return {f"{prefix}.weight": codes, f"{prefix}.scale": mx_scales}
-    codes, weight_scale, weight_scale_2 = formats.fp8_rows_to_nvfp4(values, scales, scale_rule=rule)
-    return {
-        f"{prefix}.weight": codes,
-        f"{prefix}.weight_scale": weight_scale,
-        f"{prefix}.weight_scale_2": weight_scale_2.reshape(()),
-    }
 
 
 # --- files -------------------------------------------------------------------------------------

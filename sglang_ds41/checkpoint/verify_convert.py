@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sglang_ds41 import formats
 from sglang_ds41.checkpoint.engram_recode import mxfp4_to_fp8
 from sglang_ds41.checkpoint.reader import Checkpoint, CheckpointError, StoredTensor
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats.engram import FP8
 
 COPY_SAMPLE_MAX_BYTES = 64 << 20
 
@@ -70,16 +70,13 @@ def _rows(root: Path, stored: StoredTensor, rows: int, index: np.ndarray) -> np.
 
 
 def _expected(plan, table, weight: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if plan.to == "fp8":
+    if plan.to == FP8.name:
         return mxfp4_to_fp8(weight, scale)
-    values = torch.from_numpy(weight).view(torch.float8_e4m3fn)
-    scales = torch.from_numpy(scale).view(torch.float8_e8m0fnu)
-    if plan.to == "nvfp4":
-        ws2 = torch.tensor(table.global_scale, dtype=torch.float32)
-        codes, out_scales, _ = formats.fp8_rows_to_nvfp4(values, scales, ws2, scale_rule=plan.scale_rule)
-    else:
-        codes, out_scales = formats.fp8_rows_to_mxfp4(values, scales, scale_rule=plan.scale_rule)
-    return codes.numpy(), out_scales.view(torch.uint8).numpy()
+    values = torch.from_numpy(weight).view(FP8.values.torch_dtype())
+    scales = torch.from_numpy(scale).view(FP8.scales.torch_dtype())
+    ws2 = None if table.global_scale is None else torch.tensor(table.global_scale, dtype=torch.float32)
+    codes, out_scales, *_ = plan.target.from_fp8_rows(values, scales, plan.scale_rule, ws2)
+    return codes.view(torch.uint8).numpy(), out_scales.view(torch.uint8).numpy()
 
 
 def _check_table(
@@ -99,8 +96,8 @@ def _check_table(
             f"{plan.dst}: layer {table.layer} Engram row {int(index[bad[0]])} (and {bad.size - 1} more "
             f"of {index.size} sampled) differs from the {plan.to.upper()} encoding of the source row"
         )
-    if plan.to == "nvfp4":
-        stored = dst[f"{table.prefix}.weight_scale_2"]
+    if plan.target.global_scale is not None:
+        stored = dst[f"{table.prefix}.{plan.target.global_scale.name}"]
         (got,) = struct.unpack("<f", _read(plan.dst / stored.file, stored.start, 4))
         if got != table.global_scale:
             raise VerificationError(

@@ -14,17 +14,18 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from sglang_ds41.engram.layout import HEAD_DIM
-    from sglang_ds41.formats.sizes import bytes_per_row  # torch-free, as `--help` should be
+    from sglang_ds41.formats.engram import FP8, MXFP4, NVFP4  # torch-free, as `--help` should be
 
-    mx, nv = bytes_per_row("mxfp4", HEAD_DIM), bytes_per_row("nvfp4", HEAD_DIM)
+    mx, nv = MXFP4.bytes_per_row(HEAD_DIM), NVFP4.bytes_per_row(HEAD_DIM)
     parser.add_argument("src_dir", metavar="SRC_DIR", help="source checkpoint directory")
     parser.add_argument(
         "dst_dir", metavar="DST_DIR", help="output directory: new/empty, or a previous run's to resume"
     )
     parser.add_argument(
         "--to",
-        default="mxfp4",
-        help=f"target Engram format: mxfp4 (default, {mx} B/row), nvfp4 ({nv} B/row) or fp8 (from MXFP4)",
+        default=MXFP4.name,
+        help=f"target Engram format: {MXFP4.name} (default, {mx} B/row), {NVFP4.name} ({nv} B/row) or "
+        f"{FP8.name} (from MXFP4)",
     )
     parser.add_argument(
         "--scale-rule",
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         verify_rows=args.verify_rows,
     )
     plan = result.plan
-    rule = f" ({plan.scale_rule} scales)" if plan.to != "fp8" else ""
+    rule = f" ({plan.scale_rule} scales)" if plan.target.four_bit else ""
     print(
         f"converted {plan.src} -> {plan.dst}: Engram layers {[t.layer for t in plan.tables]} "
         f"{plan.source_format.upper()} -> {plan.to.upper()}{rule}, {len(result.written)} shard(s) written, "

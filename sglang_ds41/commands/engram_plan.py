@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from sglang_ds41.formats.engram import NAMES as ENGRAM_FORMATS
+
 NAME = "engram-plan"
 HELP = "Show Engram table rows and bytes per tensor-parallel rank (and host memory per node) for a config."
 
@@ -16,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=["fp8", "mxfp4", "nvfp4"],
+        choices=ENGRAM_FORMATS,
         action="append",
         help="table storage format (repeatable; default: all three)",
     )
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from sglang_ds41.checkpoint.manifest import build_manifest
+    from sglang_ds41.checkpoint.manifest import ENGRAM_PREFIX, build_manifest
     from sglang_ds41.config import V41Config
     from sglang_ds41.engram.layout import EngramLayout
     from sglang_ds41.engram.plan import format_named, plan
@@ -46,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
 
     config = V41Config.from_file(args.model)
     the_plan = plan(EngramLayout.from_config(config.text), args.tp, args.nnodes)
-    formats = [format_named(name) for name in (args.format or ["fp8", "mxfp4", "nvfp4"])]
+    formats = [format_named(name) for name in (args.format or ENGRAM_FORMATS)]
     if args.hbm_gib <= 0 or args.reserve_gib < 0:
         raise Ds41Error(
             f"--hbm-gib must be > 0 and --reserve-gib >= 0, got {args.hbm_gib} / {args.reserve_gib}"
         )
     by_format = build_manifest(config).bytes_by_format()
-    other = sum(n for f, n in by_format.items() if not f.startswith("engram_"))
+    other = sum(n for f, n in by_format.items() if not f.startswith(ENGRAM_PREFIX))
     report = _report(config.source, the_plan, formats)
     report["placement"] = _placement(the_plan, formats, other, args.hbm_gib, args.reserve_gib)
     if args.json:

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 from sglang_ds41.engram.layout import HEAD_DIM, EngramLayerLayout, EngramLayout
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.formats import sizes
+from sglang_ds41.formats.engram import ENGRAM_FORMATS, engram_format
 
 GIB = 1 << 30
 
 
 @dataclass(frozen=True)
 class RowFormat:
-    """Bytes of one stored table row (256 values) in a storage format."""
+    """Bytes of one stored table row (256 values) in a storage format (`formats.engram`)."""
 
     name: str
     bytes_per_row: int
@@ -29,26 +29,14 @@ class RowFormat:
     layout: str
 
 
-def _row_format(name: str, values: str, scales: str, global_scale: bool = False) -> RowFormat:
-    """`name`'s row of HEAD_DIM values, its sizes from `formats.sizes` (264 / 136 / 144 B)."""
-    v, s = sizes.value_bytes(name, HEAD_DIM), sizes.scale_bytes(name, HEAD_DIM)
-    tail = " + F32 global scale" if global_scale else f" (one scale per {sizes.scale_block(name)})"
-    layout = f"{values} [rows,{v}] + {scales} [rows,{s}]{tail}"
-    return RowFormat(name, sizes.bytes_per_row(name, HEAD_DIM), 4 if global_scale else 0, layout)
-
-
 FORMATS: dict[str, RowFormat] = {
-    "fp8": _row_format("fp8", "E4M3", "E8M0"),
-    "mxfp4": _row_format("mxfp4", "E2M1 x2", "E8M0"),
-    "nvfp4": _row_format("nvfp4", "E2M1 x2", "E4M3", global_scale=True),
+    f.name: RowFormat(f.name, f.bytes_per_row(HEAD_DIM), f.bytes_per_table, f.layout(HEAD_DIM))
+    for f in ENGRAM_FORMATS.values()
 }
 
 
 def format_named(name: str) -> RowFormat:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise Ds41Error(f"unknown Engram table format {name!r}; expected one of {sorted(FORMATS)}") from None
+    return FORMATS[engram_format(name).name]
 
 
 def shard_ranges(layer: EngramLayerLayout, tp: int) -> list[tuple[int, int]]:

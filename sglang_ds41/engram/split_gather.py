@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
-from sglang_ds41.formats.nvfp4 import dequantize_nvfp4
-from sglang_ds41.formats.sizes import scale_block
+from sglang_ds41.formats.engram import MXFP4, NVFP4
 
 try:
     import triton
@@ -39,8 +37,8 @@ try:
 except ImportError:  # pragma: no cover - CPU-only installs without triton
     triton = None
 
-MX_BLOCK = scale_block("mxfp4")  # values per E8M0 scale (32)
-NV_BLOCK = scale_block("nvfp4")  # values per E4M3 scale (16)
+MX_BLOCK = MXFP4.scale_block  # values per E8M0 scale (32)
+NV_BLOCK = NVFP4.scale_block  # values per E4M3 scale (16)
 
 
 def mxfp4_rows(
@@ -48,7 +46,7 @@ def mxfp4_rows(
 ) -> torch.Tensor:
     """The torch path: bf16 `[*local.shape, dim]` rows `local` of a split table, zero where not `owned`."""
     local = local.masked_fill(~owned, 0)
-    values = dequantize_mxfp4(weight[local], scale[local], dtype=torch.bfloat16)
+    values = MXFP4.dequantize(weight[local], scale[local])
     return values.masked_fill(~owned.unsqueeze(-1), 0)
 
 
@@ -57,7 +55,7 @@ def nvfp4_rows(
 ) -> torch.Tensor:
     """The torch path for NVFP4: bf16 rows `local` of a split table, zero where not `owned`."""
     local = local.masked_fill(~owned, 0)
-    values = dequantize_nvfp4(weight[local], scale[local], global_scale, dtype=torch.bfloat16)
+    values = NVFP4.dequantize(weight[local], scale[local], global_scale)
     return values.masked_fill(~owned.unsqueeze(-1), 0)
 
 

@@ -11,11 +11,10 @@ columns (the 24 prime-sized ranges of `engram/layout.py`); otherwise the rows ar
 for rows it does not own, and summing the ranks' lookups (the all-reduce) gives the full
 lookup bit for bit.
 
-Formats (MODEL.md §8.4; detected from the tensors, `detect_format`): FP8 and MXFP4 tables are
-`embed.weight` + `embed.scale` (E8M0); NVFP4 tables are ModelOpt-named `embed.weight` +
-`embed.weight_scale` (E4M3 per 16 columns) + `embed.weight_scale_2` (the table's one float32,
-replicated on every rank; see `formats/nvfp4.py` for the decision). 4-bit codes may be U8 or I8
-(third-party MXFP4 releases store I8: the same bytes).
+Formats: FP8, MXFP4 or NVFP4, detected from the tensors (`detect_format`) by the parts, dtypes
+and widths `formats.engram` declares (MODEL.md §8.4). The rows are kept as the checkpoint
+stores them, a values array and a scales array (`gather.py`); NVFP4's float32 global scale is
+one per table, replicated on every rank.
 """
 
 from __future__ import annotations
@@ -29,47 +28,29 @@ from pathlib import Path
 
 import torch
 
-from sglang_ds41.engram.gather import Quant, TableFormat, gather_dequantize, pack_rows
+from sglang_ds41.engram.gather import TableFormat, gather_dequantize
 from sglang_ds41.engram.layout import HEAD_DIM
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.formats import sizes
+from sglang_ds41.formats.engram import (
+    ENGRAM_FORMATS,
+    FP8,
+    MXFP4,
+    NVFP4,
+    Part,
+    st_dtype,
+    tensor_name,
+)
 
 # Rows copied per read while loading a shard: bounds the transient extra memory (~35 MB FP8).
 LOAD_CHUNK_ROWS = 1 << 17
-
-_TORCH_TO_ST = {
-    torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e8m0fnu: "F8_E8M0",
-    torch.uint8: "U8",
-    torch.int8: "I8",
-    torch.bfloat16: "BF16",
-    torch.float16: "F16",
-    torch.float32: "F32",
-    torch.float64: "F64",
-}
-_SCALE_DTYPES = ("F8_E8M0", "U8")  # E8M0 bits; some writers store them as plain bytes
-_CODE_DTYPES = ("U8", "I8")  # packed E2M1 pairs; the official layout says U8, some releases I8
 
 
 class EngramTableError(Ds41Error):
     """An Engram table tensor is missing or has a shape/dtype we cannot serve."""
 
 
-def weight_name(prefix: str) -> str:
-    return f"{prefix}.embed.weight"
-
-
-def scale_name(prefix: str) -> str:
-    return f"{prefix}.embed.scale"
-
-
-def nvfp4_scale_names(prefix: str) -> tuple[str, str]:
-    """NVFP4's (`weight_scale`, `weight_scale_2`) names for a table prefix (`layers.N.engram`)."""
-    return f"{prefix}.embed.weight_scale", f"{prefix}.embed.weight_scale_2"
-
-
-def _st_dtype(dtype: str | torch.dtype) -> str:
-    return _TORCH_TO_ST.get(dtype, str(dtype)) if isinstance(dtype, torch.dtype) else dtype
+def _spelled(part: Part) -> str:
+    return "/".join(part.accepted)
 
 
 def detect_format(
@@ -81,56 +62,52 @@ def detect_format(
     scale_shape: Sequence[int],
     head_dim: int = HEAD_DIM,
     global_scale: float | None = None,
-    global_name: str = "weight_scale_2",
+    global_name: str = NVFP4.global_scale.name,
 ) -> TableFormat:
-    """FP8 if the weight is E4M3 `[rows, head_dim]`; 4-bit if it is U8/I8 `[rows, head_dim / 2]`,
-    MXFP4 with an E8M0 scale `[rows, head_dim / 32]`, NVFP4 with an E4M3 one `[rows, head_dim / 16]`
-    (and its float32 `global_scale`).
+    """The format whose values part the weight matches (FP8: E4M3 `[rows, head_dim]`; 4-bit: U8/I8
+    `[rows, head_dim / 2]`), then among those the one whose scales part the scale matches (MXFP4:
+    E8M0 `[rows, head_dim / 32]`, NVFP4: E4M3 `[rows, head_dim / 16]` and its float32
+    `global_scale`); `formats.engram` says which is which.
 
-    With the official head_dim 256 that is width 256 -> FP8, 128 -> 4-bit; anything else fails,
-    naming the tensor, what was expected and what was found."""
-    dtype, scale_dtype = _st_dtype(dtype), _st_dtype(scale_dtype)
+    Anything else fails, naming the tensor, what was expected and what was found."""
+    dtype, scale_dtype = st_dtype(dtype), st_dtype(scale_dtype)
     shape, scale_shape = list(shape), list(scale_shape)
     width = shape[1] if len(shape) == 2 else None
-    fp8_width, fp4_width = sizes.value_bytes("fp8", head_dim), sizes.value_bytes("mxfp4", head_dim)
-    if width == fp8_width and dtype == "F8_E4M3":
-        quant = Quant.FP8
-    elif width == fp4_width and dtype in _CODE_DTYPES:
-        quant = Quant.NVFP4 if scale_dtype == "F8_E4M3" else Quant.MXFP4
-    else:
+    by_values = [
+        f for f in ENGRAM_FORMATS.values() if dtype in f.values.accepted and width == f.value_bytes(head_dim)
+    ]
+    if not by_values:
+        kinds: dict[str, list[str]] = {}
+        for f in ENGRAM_FORMATS.values():
+            spec = f"{_spelled(f.values)} [rows, {f.value_bytes(head_dim)}]"
+            kinds.setdefault(spec, []).append(f.name.upper())
+        expected = " or ".join(f"{spec} ({', '.join(names)})" for spec, names in kinds.items())
+        raise EngramTableError(f"Engram table tensor {name!r}: expected {expected}, got {dtype} {shape}")
+    fmt = next((f for f in by_values if scale_dtype in f.scales.accepted), by_values[0])
+    expected = [shape[0], fmt.scale_bytes(head_dim)]
+    if scale_dtype not in fmt.scales.accepted or scale_shape != expected:
         raise EngramTableError(
-            f"Engram table tensor {name!r}: expected F8_E4M3 [rows, {fp8_width}] (FP8) or "
-            f"U8/I8 [rows, {fp4_width}] (MXFP4, NVFP4), got {dtype} {shape}"
+            f"Engram table tensor {scale!r}: expected {fmt.scales.dtype} {expected} ({fmt.name.upper()}: "
+            f"one {fmt.scales.element} scale per {fmt.scale_block} columns of {name!r}), "
+            f"got {scale_dtype} {scale_shape}"
         )
-    if quant is Quant.NVFP4:
-        expected = [shape[0], sizes.scale_bytes("nvfp4", head_dim)]
-        if scale_shape != expected:
-            raise EngramTableError(
-                f"Engram table tensor {scale!r}: expected F8_E4M3 {expected} (NVFP4: one E4M3 scale per "
-                f"{sizes.scale_block('nvfp4')} columns of {name!r}), got {scale_dtype} {scale_shape}"
-            )
-        if global_scale is None or not (math.isfinite(global_scale) and global_scale >= 0):
-            raise EngramTableError(
-                f"Engram table tensor {global_name!r}: expected the NVFP4 table's finite float32 global "
-                f"scale (>= 0), got {global_scale!r}"
-            )
-        return TableFormat(quant, head_dim, float(global_scale))
-    fmt = TableFormat(quant, head_dim)
-    expected = [shape[0], fmt.scale_bytes]
-    if scale_dtype not in _SCALE_DTYPES or scale_shape != expected:
+    if fmt.global_scale is None:
+        return TableFormat(fmt, head_dim)
+    if global_scale is None or not (math.isfinite(global_scale) and global_scale >= 0):
         raise EngramTableError(
-            f"Engram table tensor {scale!r}: expected F8_E8M0 {expected} (one scale per "
-            f"{fmt.scale_block} columns of {name!r}), got {scale_dtype} {scale_shape}"
+            f"Engram table tensor {global_name!r}: expected the {fmt.name.upper()} table's finite float32 "
+            f"global scale (>= 0), got {global_scale!r}"
         )
-    return fmt
+    return TableFormat(fmt, head_dim, float(global_scale))
 
 
 def read_global_scale(tensor: torch.Tensor, name: str) -> float:
     """NVFP4's `weight_scale_2`: a float32 scalar, stored 0-d or as [1] (MODEL.md §12 item 2)."""
-    if tensor.dtype != torch.float32 or tensor.numel() != 1 or tensor.dim() > 1:
+    part = NVFP4.global_scale
+    if tensor.dtype not in part.torch_dtypes() or tensor.numel() != 1 or tensor.dim() > 1:
         raise EngramTableError(
-            f"Engram table tensor {name!r}: expected F32 [] (the NVFP4 table's global scale), got "
-            f"{_st_dtype(tensor.dtype)} {list(tensor.shape)}"
+            f"Engram table tensor {name!r}: expected {part.dtype} [] (the NVFP4 table's global scale), got "
+            f"{st_dtype(tensor.dtype)} {list(tensor.shape)}"
         )
     return float(tensor.reshape(()))
 
@@ -177,29 +154,33 @@ def row_shard(
     return RowShard(bounds[tp_rank], bounds[tp_rank + 1])
 
 
-def _host_buffer(rows: int, row_bytes: int, pin: bool | None) -> torch.Tensor:
+def _host_buffer(rows: int, width: int, pin: bool | None) -> torch.Tensor:
     pin = torch.cuda.is_available() if pin is None else pin
-    return torch.empty((rows, row_bytes), dtype=torch.uint8, pin_memory=pin)
+    return torch.empty((rows, width), dtype=torch.uint8, pin_memory=pin)
 
 
 class EngramTable:
-    """This rank's rows of one Engram layer's table, packed as in `gather.py`."""
+    """This rank's rows of one Engram layer's table: the stored `values` and `scales` arrays as
+    uint8 (`gather.py`), and the format that reads them."""
 
     def __init__(
         self,
-        packed: torch.Tensor,
+        values: torch.Tensor,
+        scales: torch.Tensor,
         fmt: TableFormat,
         shard: RowShard,
         num_rows: int,
         name: str,
         tensor_names: tuple[str, ...] = (),
     ):
-        if packed.dtype != torch.uint8 or tuple(packed.shape) != (shard.num_rows, fmt.row_bytes):
-            raise EngramTableError(
-                f"{name}: packed rows must be uint8 [{shard.num_rows}, {fmt.row_bytes}], "
-                f"got {packed.dtype} {list(packed.shape)}"
-            )
-        self.packed = packed
+        for what, array, width in (("values", values, fmt.value_bytes), ("scales", scales, fmt.scale_bytes)):
+            if array.dtype != torch.uint8 or tuple(array.shape) != (shard.num_rows, width):
+                raise EngramTableError(
+                    f"{name}: {fmt.format.name} {what} must be uint8 [{shard.num_rows}, {width}], "
+                    f"got {array.dtype} {list(array.shape)}"
+                )
+        self.values = values
+        self.scales = scales
         self.fmt = fmt
         self.shard = shard
         self.num_rows = num_rows
@@ -208,13 +189,13 @@ class EngramTable:
 
     def __repr__(self) -> str:
         return (
-            f"EngramTable({self.name!r}, {self.fmt.quant.value}, rows {self.shard.start}:{self.shard.stop} "
+            f"EngramTable({self.name!r}, {self.fmt.format.name}, rows {self.shard.start}:{self.shard.stop} "
             f"of {self.num_rows}, {self.nbytes / 2**20:.1f} MiB)"
         )
 
     @property
     def nbytes(self) -> int:
-        return self.packed.numel()
+        return self.values.numel() + self.scales.numel()
 
     # ---- construction -------------------------------------------------------------------
 
@@ -233,18 +214,20 @@ class EngramTable:
     ) -> EngramTable:
         """From in-memory `embed.weight` / `embed.scale` tensors (tests, converters); for NVFP4
         `scale` is `embed.weight_scale` and `global_scale` is `embed.weight_scale_2`."""
-        nvfp4 = scale.dtype == torch.float8_e4m3fn
-        sname = f"{name}.weight_scale" if nvfp4 else f"{name}.scale"
+        fmt_of_scale = NVFP4 if st_dtype(scale.dtype) in NVFP4.scales.accepted else MXFP4
+        sname, gname = (f"{name}.{part.name}" for part in (fmt_of_scale.scales, NVFP4.global_scale))
         if isinstance(global_scale, torch.Tensor):
-            global_scale = read_global_scale(global_scale, f"{name}.weight_scale_2")
+            global_scale = read_global_scale(global_scale, gname)
         fmt = detect_format(
-            f"{name}.weight", weight.dtype, weight.shape, sname, scale.dtype, scale.shape, head_dim,
-            global_scale, f"{name}.weight_scale_2",
+            f"{name}.{FP8.values.name}", weight.dtype, weight.shape, sname, scale.dtype, scale.shape,
+            head_dim, global_scale, gname,
         )  # fmt: skip
         shard = row_shard(weight.shape[0], tp_rank, tp_size, column_starts)
-        packed = _host_buffer(shard.num_rows, fmt.row_bytes, pin)
-        pack_rows(weight[shard.start : shard.stop], scale[shard.start : shard.stop], out=packed)
-        return cls(packed, fmt, shard, weight.shape[0], name)
+        values = _host_buffer(shard.num_rows, fmt.value_bytes, pin)
+        scales = _host_buffer(shard.num_rows, fmt.scale_bytes, pin)
+        values.copy_(weight[shard.start : shard.stop].view(torch.uint8))
+        scales.copy_(scale[shard.start : shard.stop].view(torch.uint8))
+        return cls(values, scales, fmt, shard, weight.shape[0], name)
 
     @classmethod
     def from_safetensors(
@@ -267,8 +250,8 @@ class EngramTable:
         """
         from safetensors import safe_open
 
-        wname, mx_scale = weight_name(prefix), scale_name(prefix)
-        nv_scale, nv_global = nvfp4_scale_names(prefix)
+        wname = tensor_name(prefix, FP8.values)
+        mx_scale, nv_scale, nv_global = (tensor_name(prefix, p) for p in (MXFP4.scales, *NVFP4.parts[1:]))
         files = _locate(paths, [wname], [mx_scale, nv_scale, nv_global])
         sname, names = _scale_of(files, wname, mx_scale, nv_scale, nv_global)
         global_scale = None
@@ -284,11 +267,14 @@ class EngramTable:
             )  # fmt: skip
             num_rows = wshape[0]
             shard = row_shard(num_rows, tp_rank, tp_size, column_starts)
-            packed = _host_buffer(shard.num_rows, fmt.row_bytes, pin)
+            values = _host_buffer(shard.num_rows, fmt.value_bytes, pin)
+            scales = _host_buffer(shard.num_rows, fmt.scale_bytes, pin)
             for a in range(shard.start, shard.stop, chunk_rows):
                 b = min(a + chunk_rows, shard.stop)
-                pack_rows(wslice[a:b], sslice[a:b], out=packed[a - shard.start : b - shard.start])
-        return cls(packed, fmt, shard, num_rows, prefix, names)
+                here = slice(a - shard.start, b - shard.start)
+                values[here] = wslice[a:b].view(torch.uint8)
+                scales[here] = sslice[a:b].view(torch.uint8)
+        return cls(values, scales, fmt, shard, num_rows, prefix, names)
 
     # ---- lookup -------------------------------------------------------------------------
 
@@ -298,18 +284,8 @@ class EngramTable:
 
     def lookup(self, global_row_ids: torch.Tensor) -> torch.Tensor:
         """bf16 `[..., head_dim]` rows for int ids `[...]`, on the ids' device; rows of other
-        ranks are zero. CUDA ids use the (untested) Triton kernel when it is available."""
+        ranks are zero."""
         shape = (*global_row_ids.shape, self.fmt.head_dim)
-        if global_row_ids.is_cuda and (self.packed.is_cuda or self.packed.is_pinned()):
-            from sglang_ds41.engram import gather_triton
-
-            if gather_triton.available():
-                # no range check here: it would synchronise the device; ids outside the
-                # shard (including invalid ones) read as zero
-                out = gather_triton.gather_dequantize_gpu(
-                    self.packed, global_row_ids, self.fmt, self.shard.start, self.shard.num_rows
-                )
-                return out.view(shape)
         if global_row_ids.numel() and (
             int(global_row_ids.min()) < 0 or int(global_row_ids.max()) >= self.num_rows
         ):
@@ -317,14 +293,14 @@ class EngramTable:
                 f"{self.name}: row ids must lie in 0..{self.num_rows - 1}, got "
                 f"{int(global_row_ids.min())}..{int(global_row_ids.max())}"
             )
-        ids = global_row_ids.reshape(-1).to(device=self.packed.device, dtype=torch.int64)
+        ids = global_row_ids.reshape(-1).to(device=self.values.device, dtype=torch.int64)
         local = ids - self.shard.start
         if self.shard.num_rows == self.num_rows:
-            out = gather_dequantize(self.packed, local, self.fmt)
+            out = gather_dequantize(self.values, self.scales, local, self.fmt)
         else:
             picked = torch.nonzero((local >= 0) & (local < self.shard.num_rows)).squeeze(1)
-            out = self.packed.new_zeros((ids.numel(), self.fmt.head_dim), dtype=torch.bfloat16)
-            out.index_copy_(0, picked, gather_dequantize(self.packed, local[picked], self.fmt))
+            out = self.values.new_zeros((ids.numel(), self.fmt.head_dim), dtype=torch.bfloat16)
+            out.index_copy_(0, picked, gather_dequantize(self.values, self.scales, local[picked], self.fmt))
         return out.view(shape).to(global_row_ids.device)
 
 

@@ -3,11 +3,12 @@
 Modules: ``e2m1`` / ``e8m0`` (element and scale codes), ``fp8`` (E4M3 + E8M0, 32x32 and 1x32
 blocks), ``mxfp4`` (OCP or least-squares scales), ``nvfp4`` (ModelOpt layout; also the NVFP4
 Engram table format), ``kv_quant`` (the model's KV fake-quantisers),
-``sizes`` (bytes per row: values and block scales; the one source of the Engram row sizes).
+``sizes`` (bytes per row: values and block scales), ``engram`` (the Engram table formats:
+names, tensors, dtypes, sizes and decoders, declared once for every module that handles tables).
 
-``sizes`` and ``FormatError`` need no torch, and importing this package does not import it:
-the tensor functions below are loaded on first use, so torch-free modules (the Engram planner,
-the checkpoint manifest) can take their row sizes from ``sizes``.
+``sizes``, ``engram`` and ``FormatError`` need no torch, and importing this package does not
+import it: the tensor functions below are loaded on first use, so torch-free modules (the Engram
+planner, the checkpoint manifest) can read the table formats.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ _LAZY = {
     "mxfp4_to_nvfp4": "nvfp4",
     "quantize_nvfp4": "nvfp4",
 }
-_SUBMODULES = ("checks", "e2m1", "e8m0", "fp8", "kv_quant", "mxfp4", "nvfp4", "sizes")
+_SUBMODULES = ("checks", "e2m1", "e8m0", "engram", "fp8", "kv_quant", "mxfp4", "nvfp4", "sizes")
 
 __all__ = [
     "FormatError",

@@ -1,4 +1,4 @@
-"""Bytes per stored row of a block-scaled format: the one source of the Engram row sizes.
+"""Bytes per stored row of a block-scaled format (the arithmetic behind `engram`'s row sizes).
 
 A row of ``cols`` values is its value bytes (FP8: one per value; MXFP4 / NVFP4: two E2M1 codes
 per byte) followed by one scale byte per block (E8M0 per 32 for FP8 and MXFP4, E4M3 per 16 for

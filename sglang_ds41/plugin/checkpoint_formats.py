@@ -16,8 +16,8 @@ from pathlib import Path
 
 from sglang_ds41.checkpoint.manifest import engram_table_formats
 from sglang_ds41.config import V41Config
-from sglang_ds41.engram.gather import Quant
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.formats.engram import TABLE, EngramFormat, engram_format
 
 
 def config_file(model_path: str, revision: str | None = None) -> Path:
@@ -40,13 +40,13 @@ def config_file(model_path: str, revision: str | None = None) -> Path:
 
 
 @functools.cache
-def engram_formats(model_path: str, revision: str | None = None) -> dict[int, Quant]:
+def engram_formats(model_path: str, revision: str | None = None) -> dict[int, EngramFormat]:
     """Engram layer id -> table format for the checkpoint at `model_path`."""
     config = V41Config.from_file(config_file(model_path, revision))
-    return {layer: Quant(fmt) for layer, fmt in engram_table_formats(config).items()}
+    return {layer: engram_format(fmt) for layer, fmt in engram_table_formats(config).items()}
 
 
-TABLE_PART = ".engram.embed."
+TABLE_PART = f".engram.{TABLE}."
 
 
 @functools.cache

@@ -23,7 +23,6 @@ Importing this module checks the upstream surface first (`plugin.upstream.check`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from sglang.srt.environ import envs
@@ -32,48 +31,24 @@ from sglang.srt.runtime_context import get_model, get_parallel
 from sglang.srt.utils import is_cuda
 from torch import nn
 
-from sglang_ds41.engram.gather import Quant
 from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gather, nvfp4_rows
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.formats import sizes
+from sglang_ds41.formats.engram import FP8, NVFP4, EngramFormat, Part, accepts_shape
 from sglang_ds41.plugin import upstream as upstream_surface
 from sglang_ds41.plugin.checkpoint_formats import engram_formats, stored_table_tensors
 
 upstream_surface.check()
 
 TARGET = upstream_surface.EMBEDDING
+# upstream names its two arrays as the FP8 checkpoint does; its pointers and stager read this one
+UPSTREAM_SCALE = FP8.scales.name
 
 
 class EngramFormatError(Ds41Error):
     """A table tensor does not have the dtype / shape its declared format needs."""
 
 
-@dataclass(frozen=True)
-class _Storage:
-    """One format's two row arrays: the dtypes a checkpoint may store (their widths per row are
-    `formats.sizes.value_bytes` / `scale_bytes`)."""
-
-    weight_dtypes: tuple[torch.dtype, ...]
-    scale_name: str  # the checkpoint's (and the parameter's) name of the block scales
-    scale_dtype: torch.dtype  # as allocated
-    scale_dtypes: tuple[torch.dtype, ...]  # as a checkpoint may store them (same bytes)
-
-
-# 4-bit codes: the official layout says uint8, the third-party MXFP4 release writes int8 (same bytes)
-_CODES = (torch.uint8, torch.int8)
-_E8M0 = (torch.float8_e8m0fnu, torch.uint8)  # E8M0 bits; some writers store plain bytes
-_STORAGE = {
-    Quant.FP8: _Storage((torch.float8_e4m3fn,), "scale", torch.float8_e8m0fnu, _E8M0),
-    Quant.MXFP4: _Storage(_CODES, "scale", torch.float8_e8m0fnu, _E8M0),
-    Quant.NVFP4: _Storage(_CODES, "weight_scale", torch.float8_e4m3fn, (torch.float8_e4m3fn,)),
-}  # fmt: skip
-GLOBAL_SCALE = "weight_scale_2"  # NVFP4's float32 per table
-_ST_NAMES = {
-    torch.float8_e4m3fn: "F8_E4M3", torch.float8_e8m0fnu: "F8_E8M0", torch.uint8: "U8", torch.int8: "I8",
-}  # fmt: skip
-
-
-def layer_format(layer_id: int) -> Quant:
+def layer_format(layer_id: int) -> EngramFormat:
     """The table format of Engram layer `layer_id` in the checkpoint this process serves."""
     model = get_model()
     formats = engram_formats(str(model.model_path), getattr(model, "revision", None))
@@ -82,8 +57,8 @@ def layer_format(layer_id: int) -> Quant:
     return formats[layer_id]
 
 
-def _spelled(dtypes: tuple[torch.dtype, ...]) -> str:
-    return " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+def _spelled(part: Part) -> str:
+    return " or ".join(str(d).removeprefix("torch.") for d in part.torch_dtypes())
 
 
 class Ds41EngramEmbedding(upstream.EngramEmbedding):
@@ -97,31 +72,25 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         self.num_embeddings = num_embeddings
         self.global_scale = math.nan  # NVFP4: read by the loader from `weight_scale_2`
         self._check_stored(num_embeddings, dim)
-        if self.table_format is Quant.FP8:
+        if self.table_format is FP8:
             super().__init__(num_embeddings, dim, layer_id, column_bounds)
         else:
             self._init_4bit(num_embeddings, dim, layer_id, column_bounds)
 
     def _value_bytes(self, dim: int) -> int:
         """Bytes per row of the weight: `dim` E4M3 values (FP8) or `dim / 2` E2M1 pairs."""
-        return sizes.value_bytes(self.table_format.value, dim)
+        return self.table_format.value_bytes(dim)
 
     def _scale_bytes(self, dim: int) -> int:
         """Bytes per row of the block scales: `dim / 32` (FP8, MXFP4) or `dim / 16` (NVFP4)."""
-        return sizes.scale_bytes(self.table_format.value, dim)
+        return self.table_format.scale_bytes(dim)
 
     def expected_tensors(self, num_embeddings: int, dim: int) -> dict[str, tuple[tuple[str, ...], tuple]]:
         """Table part -> (accepted safetensors dtypes, shape) that the declared format needs."""
-        storage = _STORAGE[self.table_format]
-        weight_shape = (num_embeddings, self._value_bytes(dim))
-        scale_shape = (num_embeddings, self._scale_bytes(dim))
-        expected = {
-            "weight": (tuple(_ST_NAMES[d] for d in storage.weight_dtypes), weight_shape),
-            storage.scale_name: (tuple(_ST_NAMES[d] for d in storage.scale_dtypes), scale_shape),
+        return {
+            part.name: (part.accepted, shape)
+            for part, shape in self.table_format.shapes(num_embeddings, dim).items()
         }
-        if self.table_format is Quant.NVFP4:
-            expected[GLOBAL_SCALE] = (("F32",), ())
-        return expected
 
     def _check_stored(self, num_embeddings: int, dim: int) -> None:
         """Before anything is allocated: the checkpoint's table tensors (headers) are the ones the
@@ -138,10 +107,9 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
                 problems.append(f"{prefix}{part}: missing (expected {wanted})")
                 continue
             dtype, got = have.pop(part)
-            ok_shape = got == shape or (part == GLOBAL_SCALE and got == (1,))
-            if dtype not in dtypes or not ok_shape:
+            if dtype not in dtypes or not accepts_shape(shape, got):
                 problems.append(f"{prefix}{part}: expected {wanted}, found {dtype} {list(got)}")
-        fmt = self.table_format.value.upper()
+        fmt = self.table_format.name.upper()
         problems += [f"{prefix}{part}: not a tensor of {fmt} tables" for part in sorted(have)]
         if problems:
             raise EngramFormatError(
@@ -156,7 +124,7 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         # upstream's __init__ minus its FP8 allocation (a full-size FP8 shard would be allocated
         # just to be replaced): the same attributes, in 4-bit storage
         nn.Module.__init__(self)
-        storage, block = _STORAGE[self.table_format], sizes.scale_block(self.table_format.value)
+        block = self.table_format.scale_block
         if dim % block:
             raise EngramFormatError(f"Engram head dim {dim} is not a multiple of {block}")
         self.dim = dim
@@ -171,36 +139,37 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         if envs.SGLANG_OPT_DSV41_ENGRAM_PEER_SHARDS.get() and self.tp_size > 1 and is_cuda():
             raise EngramFormatError(
                 f"layer {layer_id}: SGLANG_OPT_DSV41_ENGRAM_PEER_SHARDS maps FP8 Engram shards only, and "
-                f"this checkpoint's table is {self.table_format.value.upper()}. Unset it: the table is then "
+                f"this checkpoint's table is {self.table_format.name.upper()}. Unset it: the table is then "
                 "row-sharded in device memory, or in host memory with SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1"
             )
         if envs.SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE.get():
             self._init_host_table(num_embeddings, dim, layer_id)
         else:
-            weight = torch.empty(self.rows, self._value_bytes(dim), dtype=torch.uint8)
-            scale = torch.empty(self.rows, self._scale_bytes(dim), dtype=storage.scale_dtype)
+            fmt = self.table_format
+            weight = torch.empty(self.rows, self._value_bytes(dim), dtype=fmt.values.torch_dtype())
+            scale = torch.empty(self.rows, self._scale_bytes(dim), dtype=fmt.scales.torch_dtype())
             self._set_arrays(weight, scale)
-        if self.table_format is Quant.NVFP4:
-            setattr(self, GLOBAL_SCALE, nn.Parameter(torch.full((), math.nan), requires_grad=False))
-            getattr(self, GLOBAL_SCALE).weight_loader = self._load_global_scale
+        global_scale = self.table_format.global_scale
+        if global_scale is not None:
+            setattr(self, global_scale.name, nn.Parameter(torch.full((), math.nan), requires_grad=False))
+            getattr(self, global_scale.name).weight_loader = self._load_global_scale
 
     def _set_arrays(self, weight: torch.Tensor, scale: torch.Tensor) -> None:
-        name = _STORAGE[self.table_format].scale_name
+        name = self.table_format.scales.name
         self.weight = nn.Parameter(weight, requires_grad=False)
         setattr(self, name, nn.Parameter(scale, requires_grad=False))
-        if name != "scale":
+        if name != UPSTREAM_SCALE:
             # upstream's pointers and scheduler stager read `.scale`: the same parameter, unregistered
             # (it is registered once, under the checkpoint's name)
-            object.__setattr__(self, "scale", getattr(self, name))
+            object.__setattr__(self, UPSTREAM_SCALE, getattr(self, name))
         self.weight.weight_loader = self._load_rows
         self.scale.weight_loader = self._load_rows
 
     # ---- storage ------------------------------------------------------------------------
 
     def _init_host_table(self, num_embeddings: int, dim: int, layer_id: int) -> None:
-        if self.table_format is Quant.FP8:
+        if self.table_format is FP8:
             return super()._init_host_table(num_embeddings, dim, layer_id)
-        storage = _STORAGE[self.table_format]
         layout = envs.SGLANG_DSV41_ENGRAM_HOST_TABLE_LAYOUT.get()
         n = num_embeddings if layout == "shared" else self.rows
         w_bytes, s_bytes = n * self._value_bytes(dim), n * self._scale_bytes(dim)
@@ -210,7 +179,7 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         raw = self.host_table.bytes[: w_bytes + s_bytes]
         self._set_arrays(
             raw[:w_bytes].view(n, self._value_bytes(dim)),
-            raw[w_bytes:].view(storage.scale_dtype).view(n, self._scale_bytes(dim)),
+            raw[w_bytes:].view(self.table_format.scales.torch_dtype()).view(n, self._scale_bytes(dim)),
         )
         device_ptr = self.host_table.device_ptr
         self._host_table_ptrs = (device_ptr, device_ptr + w_bytes)
@@ -218,32 +187,30 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
 
     def _load_rows(self, param: nn.Parameter, loaded_weight: torch.Tensor) -> None:
         """Check the checkpoint tensor against the declared format, then upstream's row copy."""
-        storage = _STORAGE[self.table_format]
-        is_weight = param is self.weight
-        part = "weight" if is_weight else storage.scale_name
-        dtypes = storage.weight_dtypes if is_weight else storage.scale_dtypes
-        width = self._value_bytes(self.dim) if is_weight else self._scale_bytes(self.dim)
-        shape = (self.num_embeddings, width)
-        if loaded_weight.dtype not in dtypes or tuple(loaded_weight.shape) != shape:
-            self._mismatch(part, f"{_spelled(dtypes)} {list(shape)}", loaded_weight)
+        fmt = self.table_format
+        part = fmt.values if param is self.weight else fmt.scales
+        shape = fmt.shapes(self.num_embeddings, self.dim)[part]
+        if loaded_weight.dtype not in part.torch_dtypes() or tuple(loaded_weight.shape) != shape:
+            self._mismatch(part.name, f"{_spelled(part)} {list(shape)}", loaded_weight)
         if loaded_weight.dtype != param.dtype:  # int8 codes / uint8 scales: the same bytes
             loaded_weight = loaded_weight.view(param.dtype)
         super()._load_rows(param, loaded_weight)
 
     def _load_global_scale(self, param: nn.Parameter, loaded_weight: torch.Tensor) -> None:
         """NVFP4's `weight_scale_2`: one finite float32 >= 0, stored 0-d or as [1]; every rank keeps it."""
+        part = NVFP4.global_scale
         value = float(loaded_weight.reshape(())) if loaded_weight.numel() == 1 else math.nan
         if (
-            loaded_weight.dtype != torch.float32
+            loaded_weight.dtype not in part.torch_dtypes()
             or loaded_weight.dim() > 1
             or not (value >= 0 and math.isfinite(value))
         ):
-            self._mismatch(GLOBAL_SCALE, "a finite float32 >= 0, shape [] or [1]", loaded_weight)
+            self._mismatch(part.name, f"a finite {_spelled(part)} >= 0, shape [] or [1]", loaded_weight)
         param.data.copy_(loaded_weight.reshape(()))
         self.global_scale = value
 
     def _mismatch(self, part: str, expected: str, found: torch.Tensor) -> None:
-        fmt = self.table_format.value.upper()
+        fmt = self.table_format.name.upper()
         shown = f"{str(found.dtype).removeprefix('torch.')} {list(found.shape)}"
         if found.numel() == 1:
             shown += f" = {float(found.reshape(()).float())}"
@@ -257,20 +224,20 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
 
     def _gather(self, ptrs: tuple[int, int], ids: torch.Tensor, out: torch.Tensor, **bounds) -> None:
         """The 4-bit kernel of this table's format over raw pointers (device, host or staged rows)."""
-        if self.table_format is Quant.NVFP4:
+        if self.table_format is NVFP4:
             nvfp4_gather(*ptrs, ids, out, self.dim, self.global_scale, **bounds)
         else:
             mxfp4_gather(*ptrs, ids, out, self.dim, **bounds)
 
     def _owned_rows(self, indices: torch.Tensor) -> torch.Tensor:
-        if self.table_format is Quant.FP8:
+        if self.table_format is FP8:
             return super()._owned_rows(indices)
         if self.rows == 0:
             return self.new_rows(indices).zero_()
         if self.host_table is None and not upstream._cuda_kernels(indices):
             local = indices - self.row_start
             owned = (local >= 0) & (local < self.rows)
-            if self.table_format is Quant.NVFP4:
+            if self.table_format is NVFP4:
                 return nvfp4_rows(self.weight, self.scale, self.global_scale, local, owned)
             return mxfp4_rows(self.weight, self.scale, local, owned)
         out = self.new_rows(indices)
@@ -287,7 +254,7 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
         *,
         cp_all_tokens: bool = False,
     ) -> torch.Tensor:
-        if self.table_format is Quant.FP8 or not self._shared:
+        if self.table_format is FP8 or not self._shared:
             return super().forward(indices, forward_batch, cp_all_tokens=cp_all_tokens)
         # the shared host layout maps every row here: one gather, no collective
         out = self.new_rows(indices)
@@ -303,7 +270,7 @@ class Ds41EngramEmbedding(upstream.EngramEmbedding):
     def dequant_staged(
         self, rows: torch.Tensor, scales: torch.Tensor, copied: torch.cuda.Event, hash_shape: torch.Size
     ) -> torch.Tensor:
-        if self.table_format is Quant.FP8:
+        if self.table_format is FP8:
             return super().dequant_staged(rows, scales, copied, hash_shape)
         stream = torch.cuda.current_stream()
         stream.wait_event(copied)
