@@ -57,12 +57,12 @@ def peak_rss_kb():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
-from sglang_ds41.checkpoint import convert_engram as ce
+from sglang_ds41.checkpoint import convert as ce
 if sys.argv[1] == "idle":
-    import sglang_ds41.checkpoint.verify_convert, torch, numpy  # noqa
+    import sglang_ds41.checkpoint.convert.verify, torch, numpy  # noqa
     print(json.dumps({"rss_kb": peak_rss_kb()}))
     sys.exit()
-from sglang_ds41.checkpoint import verify_convert
+from sglang_ds41.checkpoint.convert import verify as verify_convert
 timing = {}
 real_verify = verify_convert.verify
 def timed_verify(plan, rows):

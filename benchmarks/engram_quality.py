@@ -9,10 +9,10 @@ or a Student-t(3) (heavier tails), stored as FP8 E4M3 with an E8M0 scale per 32 
 * MXFP4, OCP scales (``floor(log2 amax) - 2``) and least-squares scales (``mse``), 136 B/row;
 * NVFP4, ModelOpt scales and least-squares scales, 144 B/row (global scale from the FP8 scales),
 
-by the compiled re-encoder `convert-engram` runs (`checkpoint.engram_recode.recode`). Quality is
+by the compiled re-encoder `convert-engram` runs (`checkpoint.convert.recode.recode`). Quality is
 measured here, independently of the converter's own report: both sides decoded with
 `formats`' dequantisers and compared in float64 torch (row cosine mean / p1 / min, relative error
-``||q - x|| / ||x||`` mean / max); the converter's report (`engram_quality.measure`) is run on the
+``||q - x|| / ||x||`` mean / max); the converter's report (`checkpoint.convert.quality.measure`) is run on the
 same rows and its means must agree. One more row set, ``gaussian-f32``, quantises float32
 Gaussian rows directly (no FP8 step): that is where the figures usually quoted for MXFP4
 (0.99345 mean cosine under OCP) come from, and FP8 sources behave differently (see README).
@@ -39,8 +39,8 @@ import numpy as np
 import torch
 
 from sglang_ds41 import formats
-from sglang_ds41.checkpoint.engram_quality import measure
-from sglang_ds41.checkpoint.engram_recode import default_workers, recode
+from sglang_ds41.checkpoint.convert.quality import measure
+from sglang_ds41.checkpoint.convert.recode import default_workers, recode
 from sglang_ds41.engram.layout import HEAD_DIM
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engram_quality.json"

@@ -233,7 +233,7 @@ def _weights(manifest: Manifest, seed: int) -> dict[str, Any]:
     import torch
 
     from sglang_ds41 import formats
-    from sglang_ds41.checkpoint.engram_recode import default_scale_rule
+    from sglang_ds41.checkpoint.convert.recode import default_scale_rule
     from sglang_ds41.formats.engram import table_prefix, tensor_name
 
     out: dict[str, Any] = {}

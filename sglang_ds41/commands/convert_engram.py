@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _layers(text: str | None) -> list[int] | None:
-    from sglang_ds41.checkpoint.convert_engram import ConvertError
+    from sglang_ds41.checkpoint.convert import ConvertError
 
     if text is None:
         return None
@@ -71,8 +71,8 @@ def _layers(text: str | None) -> list[int] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sglang_ds41.checkpoint import convert_engram as ce
-    from sglang_ds41.checkpoint import engram_quality
+    from sglang_ds41.checkpoint import convert as ce
+    from sglang_ds41.checkpoint.convert import quality
 
     layers = _layers(args.layers)
     if args.report_rows is not None and args.report_rows <= 0:
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         print(ce.describe_plan(plan, rows_per_s, args.disk_mbps * 1e6))
         if args.report:
             rows = args.report_rows or ce.DEFAULT_REPORT_ROWS
-            print(engram_quality.render(ce.sample_report(plan, rows, args.workers), rows))
+            print(quality.render(ce.sample_report(plan, rows, args.workers), rows))
         return 0
     result = ce.convert(
         args.src_dir,
@@ -105,6 +105,6 @@ def run(args: argparse.Namespace) -> int:
         f"({result.rows_per_s:,.0f} rows/s re-encoded and measured)"
     )
     print(result.verification.describe())
-    print(engram_quality.render(result.report, None))
-    print(f"quality report: {plan.dst / engram_quality.REPORT_FILE}")
+    print(quality.render(result.report, None))
+    print(f"quality report: {plan.dst / quality.REPORT_FILE}")
     return 0

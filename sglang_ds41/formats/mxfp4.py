@@ -18,7 +18,7 @@ byte 255, so they dequantise to NaN. Both are left to the OCP rule by ``mse``.
 
 The ``mse`` errors are summed in float64, which is exact for blocks whose values carry few
 significant bits over a narrow range -- FP8 sources, the case that matters: there the fast
-re-encoder of `checkpoint/engram_recode.py` reproduces these choices bit for bit.
+re-encoder of `checkpoint/convert/recode.py` reproduces these choices bit for bit.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from sglang_ds41.checkpoint import convert_engram as ce
-from sglang_ds41.checkpoint.engram_quality import REPORT_FILE
-from sglang_ds41.checkpoint.engram_recode import fp8_to_mxfp4, fp8_to_nvfp4, mxfp4_to_fp8, recode
+from sglang_ds41.checkpoint import convert as ce
+from sglang_ds41.checkpoint.convert.quality import REPORT_FILE
+from sglang_ds41.checkpoint.convert.recode import fp8_to_mxfp4, fp8_to_nvfp4, mxfp4_to_fp8, recode
 from sglang_ds41.checkpoint.inspect import inspect_checkpoint
 from sglang_ds41.checkpoint.reader import CheckpointError
 from sglang_ds41.checkpoint.st_writer import OutputError

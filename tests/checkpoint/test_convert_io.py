@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ds41.checkpoint.convert_engram import _overlapped
+from sglang_ds41.checkpoint.convert.write import overlapped
 from sglang_ds41.checkpoint.st_writer import PartialFile
 
 
@@ -62,7 +62,7 @@ class _Recorder:
         self.alive.discard(chunk)
 
     def run(self, chunks: list[int]) -> None:
-        _overlapped(chunks, self.read, self.work, self.write, self.finished)
+        overlapped(chunks, self.read, self.work, self.write, self.finished)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -115,7 +115,7 @@ def test_kernel_copy_lands_at_the_offsets_and_declines_what_it_cannot_copy(tmp_p
 COMPILED_WITHOUT_A_CACHE = """
 import importlib.util, sys
 import numba
-from sglang_ds41.checkpoint.engram_recode import compiled
+from sglang_ds41.fast.jit import compiled
 spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)

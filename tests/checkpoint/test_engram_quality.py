@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from sglang_ds41 import formats
-from sglang_ds41.checkpoint.engram_quality import Quality, TableReport, measure, render, report_json
-from sglang_ds41.checkpoint.engram_recode import recode
+from sglang_ds41.checkpoint.convert.quality import Quality, TableReport, measure, render, report_json
+from sglang_ds41.checkpoint.convert.recode import recode
 
 
 def _fp8_rows(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

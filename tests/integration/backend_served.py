@@ -9,7 +9,7 @@ import urllib.request
 import openai
 import torch
 
-from sglang_ds41.checkpoint.convert_engram import convert
+from sglang_ds41.checkpoint.convert import convert
 from sglang_ds41.checkpoint.tiny import write_tiny
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference

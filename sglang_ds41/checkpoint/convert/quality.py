@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from sglang_ds41 import formats
-from sglang_ds41.checkpoint.engram_recode import _split_rows
+from sglang_ds41.checkpoint.convert.recode import split_rows
 from sglang_ds41.formats.engram import ENGRAM_FORMATS, EngramFormat, engram_format
 
 REPORT_FILE = "engram_quality.json"
@@ -75,7 +75,7 @@ def _fast(fn=None, **options):
     flags = dict(nogil=True, boundscheck=False, fastmath={"reassoc", "contract"}, **options)
     try:
         return numba.njit(cache=True, **flags)(fn)
-    except RuntimeError:  # no cache locator (read-only install): see `engram_recode.compiled`
+    except RuntimeError:  # no cache locator (read-only install): see `fast.jit.compiled`
         return numba.njit(**flags)(fn)
 
 
@@ -285,7 +285,7 @@ def measure(
             width, *tables, cos[part], rel[part], kind[part], blocks[part],
         )  # fmt: skip
 
-    _split_rows(rows, workers, run)
+    split_rows(rows, workers, run)
     ok = kind == MEASURED
     c, e = cos[ok], rel[ok]
     per_row = engram_format(to).scale_bytes(width)  # output blocks per row

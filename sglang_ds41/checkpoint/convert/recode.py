@@ -222,7 +222,7 @@ def _fp8_rows_to_nvfp4(weight, scale, fp8, pow2, e2m1_f64, ws2, mse, codes, scal
         fallback[r] = flagged
 
 
-def _split_rows(rows: int, workers: int, run) -> None:
+def split_rows(rows: int, workers: int, run) -> None:
     """run(row slice) over `workers` threads (the compiled loops release the GIL)."""
     bounds = np.linspace(0, rows, max(1, min(workers, rows // _MIN_ROWS_PER_WORKER)) + 1).astype(int)
     parts = [slice(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
@@ -266,7 +266,7 @@ def fp8_to_mxfp4(
     def run(part: slice) -> None:
         _fp8_rows_to_mxfp4(weight[part], scale[part], *tables, mse, codes[part], scales[part], fallback[part])
 
-    _split_rows(rows, workers, run)
+    split_rows(rows, workers, run)
     if fallback.any():
         idx = np.flatnonzero(fallback)
         ref_codes, ref_scales = MXFP4.from_fp8_rows(*_fp8_tensors(weight[idx], scale[idx]), scale_rule)
@@ -297,7 +297,7 @@ def fp8_to_nvfp4(
             weight[part], scale[part], *tables, ws2, mse, codes[part], scales[part], fallback[part]
         )
 
-    _split_rows(rows, workers, run)
+    split_rows(rows, workers, run)
     if fallback.any():
         idx = np.flatnonzero(fallback)
         fp8_rows = _fp8_tensors(weight[idx], scale[idx])

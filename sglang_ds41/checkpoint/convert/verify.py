@@ -6,7 +6,7 @@ with only the converted tables' dtype/shape (and for NVFP4 names) changed; sampl
 converted table equal the definition (`formats.fp8_rows_to_mxfp4` / `fp8_rows_to_nvfp4` with the
 plan's scale rule and global scale, not the fast path that wrote them) applied to the source
 rows, NVFP4's stored global scale is the plan's, and a sample of copied tensors is
-byte-identical. What the re-encoding cost is `engram_quality`'s report, measured on every row.
+byte-identical. What the re-encoding cost is `quality`'s report, measured on every row.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sglang_ds41.checkpoint.engram_recode import mxfp4_to_fp8
+from sglang_ds41.checkpoint.convert.recode import mxfp4_to_fp8
 from sglang_ds41.checkpoint.reader import Checkpoint, CheckpointError, StoredTensor
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.formats.engram import FP8
