@@ -61,11 +61,12 @@ import torch
 
 from sglang_ds41.backend.kv_codec import window_codec
 from sglang_ds41.backend.kv_state import kv_bytes_per_token, slot_row_geometry
+from sglang_ds41.cache import tiny_checkpoint
 from sglang_ds41.config import V41Config
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
-from sglang_ds41.serve.launcher import omp_bind, split_flags, tiny_checkpoint
+from sglang_ds41.serve.launcher import omp_bind, split_flags
 from sglang_ds41.serve.server_process import running_server
 
 ROOT = Path(__file__).resolve().parent.parent

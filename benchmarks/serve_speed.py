@@ -51,6 +51,7 @@ import serve_scaling
 import torch
 from llama_peer import LlamaPeer, PeerDims, write_hf_llama
 
+from sglang_ds41 import cache
 from sglang_ds41.assets import TOKENIZER_DIR
 from sglang_ds41.backend.kv_state import SlotState, Span
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
@@ -78,10 +79,10 @@ TRAINED = {
 def checkpoint(size: str) -> Path:
     """The checkpoint of `size`, built once into the cache (the tiny one with 131,072 positions)."""
     if size == "tiny":
-        return serve_scaling.long_context_checkpoint(launcher.tiny_checkpoint())
+        return serve_scaling.long_context_checkpoint(cache.tiny_checkpoint())
     key = hashlib.sha256(json.dumps(TRAINED, sort_keys=True).encode()).hexdigest()[:12]
-    target = launcher.cache_dir() / f"speed-trained-{key}"
-    return launcher.cached_checkpoint(target, lambda out: write_tiny(out, overrides=TRAINED))
+    target = cache.cache_dir() / f"speed-trained-{key}"
+    return cache.cached_checkpoint(target, lambda out: write_tiny(out, overrides=TRAINED))
 
 
 def prompt(n: int, generator: torch.Generator) -> list[int]:

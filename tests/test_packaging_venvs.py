@@ -225,7 +225,7 @@ def test_the_agent_cli_runs_against_a_scripted_server(light_venvs, cwd, venv, st
 
 
 def test_base_install_inspects_but_refuses_to_serve_with_the_exact_command(light_venvs, cwd, wheel):
-    from sglang_ds41.serve.launcher import tiny_checkpoint
+    from sglang_ds41.cache import tiny_checkpoint
 
     base = light_venvs["base"]
     inspected = base.run("sglang-ds41", "inspect", str(tiny_checkpoint()), cwd=cwd)

@@ -102,6 +102,7 @@ def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None,
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from sglang_ds41 import cache
     from sglang_ds41.serve import launcher as serve
 
     rest = list(args.args)
@@ -112,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         serve.check_environment(cpu)  # before anything is built or started
     if args.tiny:
-        model_dir = serve.tiny_checkpoint()
+        model_dir = cache.tiny_checkpoint()
     elif args.scripted:
-        model_dir = serve.scripted_checkpoint()
+        model_dir = cache.scripted_checkpoint()
     else:
         model_dir = Path(given)
     what = serve.validate_checkpoint(model_dir)

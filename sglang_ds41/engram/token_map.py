@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 # Bump when the key function changes, so stale caches are never read.
 NORMALISATION_VERSION = 1
 CACHE_ENV = "SGLANG_DS41_ENGRAM_CACHE"
-DEFAULT_CACHE_DIR = Path("~/.cache/sglang-ds41/engram-token-map")
 _SPACE_SENTINEL = "\ue000"
 
 
@@ -77,7 +76,10 @@ def check_size(token_map: np.ndarray, expected: int | None, source: str) -> None
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser()
+    """$SGLANG_DS41_ENGRAM_CACHE, else `engram-token-map` under the project's cache root."""
+    from sglang_ds41.cache import cache_dir
+
+    return Path(os.environ.get(CACHE_ENV) or cache_dir() / "engram-token-map").expanduser()
 
 
 def cache_path(cache_dir: Path, tokenizer_sha256: str) -> Path:
@@ -91,7 +93,7 @@ def load_token_map(
 ) -> np.ndarray:
     """The map of the tokenizer in `tokenizer_json`, from cache if present, else built and cached.
 
-    `cache_dir` defaults to `$SGLANG_DS41_ENGRAM_CACHE` or `~/.cache/sglang-ds41/engram-token-map`
+    `cache_dir` defaults to `default_cache_dir()` (`~/.cache/sglang-ds41/engram-token-map`)
     (pass a checkpoint directory to keep the map beside the weights). An unwritable cache only
     costs a rebuild next time. Raises `TokenMapError` if the count differs from `expected_size`.
     """

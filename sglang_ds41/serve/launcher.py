@@ -40,11 +40,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_ds41.backend import EXTERNAL_MODEL_PACKAGE
+from sglang_ds41.cache import cache_dir
 from sglang_ds41.encoding.reasoning import THINKING_TOKEN_BUDGET_ENV
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.install import SGLANG_VERSION
@@ -578,62 +579,6 @@ def serve(
 def default_log_path(port: int) -> Path:
     """Where `serve` writes SGLang's output unless told (`--log-file`): one file per port."""
     return cache_dir() / "logs" / f"serve-{port}.log"
-
-
-def cache_dir() -> Path:
-    """Where `serve --tiny` keeps the checkpoint it built ($SGLANG_DS41_CACHE or ~/.cache)."""
-    if root := os.environ.get("SGLANG_DS41_CACHE"):
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sglang-ds41"
-
-
-def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -> Path:
-    """The tiny checkpoint, built on first use and reused while its generator is unchanged
-    (the directory name carries a hash of `checkpoint/tiny.py`)."""
-    import hashlib
-
-    try:
-        from sglang_ds41.checkpoint import tiny
-    except ImportError as error:
-        raise Ds41Error(f"--tiny: the tiny checkpoint builder is not available ({error})") from error
-    stamp = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
-    target = cache_dir() / f"tiny-{variant}-{engram}-seed{seed}-{stamp}"
-    return cached_checkpoint(target, lambda out: tiny.write_tiny(out, variant, engram, seed))
-
-
-def scripted_checkpoint() -> Path:
-    """The scripted test checkpoint (`backend/scripted.py`: plays the example agent runs through
-    SGLang's real parsers), built on first use, cached by a hash of its config (scripts included)."""
-    import hashlib
-
-    from sglang_ds41.backend.scripted import scripted_config, write_scripted_checkpoint
-
-    key = hashlib.sha256(json.dumps(scripted_config(), sort_keys=True).encode()).hexdigest()[:12]
-    return cached_checkpoint(cache_dir() / f"scripted-{key}", write_scripted_checkpoint)
-
-
-def cached_checkpoint(target: Path, write: Callable[[Path], object]) -> Path:
-    """`target` once it holds a checkpoint, else `write(folder)` (an empty folder in a staging
-    folder beside it), renamed into place atomically (a concurrent build that won leaves its
-    target in place)."""
-    import shutil
-    import tempfile
-
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{target.name}.", dir=target.parent))
-    try:
-        building = staging / "ckpt"
-        building.mkdir()
-        write(building)
-        building.rename(target)
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def versions() -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ds41.backend import scripted
-from sglang_ds41.serve.launcher import cache_dir
+from sglang_ds41.cache import cache_dir
 from tests.examples.commands import REPO
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ds41 import cli
+from sglang_ds41 import cache, cli
 from sglang_ds41.backend.scripted import write_scripted_checkpoint
 from sglang_ds41.serve import launcher as serve
 
@@ -102,7 +102,7 @@ def test_missing_checkpoint_says_how_to_give_one(capsys, launched):
 
 
 def test_tiny_serves_the_cached_tiny_checkpoint(ckpt, monkeypatch, launched):
-    monkeypatch.setattr(serve, "tiny_checkpoint", lambda: ckpt)
+    monkeypatch.setattr(cache, "tiny_checkpoint", lambda: ckpt)
     assert cli.main(["serve", "--tiny", "--", "--port", "31001"]) == 0
     launch, _, serving = launched[0]
     assert model_path(launch) == str(ckpt)
@@ -110,7 +110,7 @@ def test_tiny_serves_the_cached_tiny_checkpoint(ckpt, monkeypatch, launched):
 
 
 def test_tiny_passes_sglang_flags_through_without_a_separator(ckpt, monkeypatch, launched):
-    monkeypatch.setattr(serve, "tiny_checkpoint", lambda: ckpt)
+    monkeypatch.setattr(cache, "tiny_checkpoint", lambda: ckpt)
     assert cli.main(["serve", "--tiny", "--port", "31002", "--disable-radix-cache"]) == 0
     argv = launched[0][0].argv
     assert argv[argv.index("--port") + 1] == "31002"
@@ -156,8 +156,8 @@ def test_tiny_checkpoint_is_built_once_and_reused(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SGLANG_DS41_CACHE", str(tmp_path))
     monkeypatch.setattr(tiny, "write_tiny", fake_write_tiny)
-    first = serve.tiny_checkpoint()
-    second = serve.tiny_checkpoint()
+    first = cache.tiny_checkpoint()
+    second = cache.tiny_checkpoint()
     assert first == second and (first / "config.json").is_file()
     assert calls == [("base", "fp8", 0)]
     assert first.parent == tmp_path and first.name.startswith("tiny-base-fp8-seed0-")
