@@ -34,7 +34,7 @@ from typing import Any
 
 from sglang_ds41.encoding.special_tokens import Special
 
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "serve_hooks.json"

@@ -40,11 +40,11 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
 
 
 def scripted_checkpoint() -> Path:
-    """The scripted test checkpoint (`backend/scripted.py`: plays the example agent runs through
+    """The scripted test checkpoint (`checkpoint/scripted.py`: plays the example agent runs through
     SGLang's real parsers), built on first use, cached by a hash of its config (scripts included)."""
     import hashlib
 
-    from sglang_ds41.backend.scripted import scripted_config, write_scripted_checkpoint
+    from sglang_ds41.checkpoint.scripted import scripted_config, write_scripted_checkpoint
 
     key = hashlib.sha256(json.dumps(scripted_config(), sort_keys=True).encode()).hexdigest()[:12]
     return cached_checkpoint(cache_dir() / f"scripted-{key}", write_scripted_checkpoint)

@@ -73,3 +73,6 @@ def test_importing_backend_as_sglang_does_loads_no_reference_or_serve_module():
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert "sglang_ds41.backend.model" in loaded and "sglang_ds41.backend.scripted" in loaded
     assert [m for m in loaded if is_forbidden(m)] == []
+    # the scripted model's scripts (test data, the adversarial ones included) are written into
+    # its checkpoint; the server's processes load the model alone
+    assert "sglang_ds41.checkpoint.scripted" not in loaded

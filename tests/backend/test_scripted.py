@@ -5,7 +5,8 @@ import json
 import pytest
 from sglang_ds41.encoding.special_tokens import Special
 
-from sglang_ds41.backend.scripted import (
+from sglang_ds41.backend.scripted import next_scripted_token
+from sglang_ds41.checkpoint.scripted import (
     DEFAULT_SCRIPTS,
     JSON_TRIGGER,
     LONG_REASONING,
@@ -14,7 +15,6 @@ from sglang_ds41.backend.scripted import (
     TOOL_TRIGGER,
     WEATHER_CALL_TEXT,
     Script,
-    next_scripted_token,
     script_ids,
     scripted_config,
     scripts_config,

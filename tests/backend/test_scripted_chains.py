@@ -5,7 +5,7 @@ import json
 import pytest
 from sglang_ds41.encoding.special_tokens import Special
 
-from sglang_ds41.backend.scripted import (
+from sglang_ds41.checkpoint.scripted import (
     DEFAULT_SCRIPTS,
     INVOICE_JSON_TEXT,
     WEATHER_CALCULATOR_TRIGGER,
@@ -100,7 +100,7 @@ def test_scripts_without_followups_have_an_empty_then():
 
 
 def test_a_raw_value_is_written_verbatim_as_a_non_string_parameter():
-    from sglang_ds41.backend.scripted import RawValue
+    from sglang_ds41.checkpoint.scripted import RawValue
 
     text = dsml_calls(("f", {"x": RawValue("{oops")}))
     assert '<｜DSML｜ parameter name="x" string="false">{oops</｜DSML｜ parameter>' in text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ds41.backend.scripted import DEFAULT_SCRIPTS, INVOICE_JSON_TEXT, SUMMARY_TEXT
+from sglang_ds41.checkpoint.scripted import DEFAULT_SCRIPTS, INVOICE_JSON_TEXT, SUMMARY_TEXT
 from tests.examples.commands import (
     EXAMPLES,
     README,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ds41.backend.scripted import write_scripted_checkpoint
+from sglang_ds41.checkpoint.scripted import write_scripted_checkpoint
 from tests.integration.server import Server, running_server
 
 _STATS: list[str] = []

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ds41.backend import scripted
 from sglang_ds41.cache import cache_dir
+from sglang_ds41.checkpoint import scripted
 from tests.examples.commands import REPO
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """Whole agent runs against the real SGLang server (`sglang-ds41 serve`) on the scripted model.
 
 The real `openai` client, SGLang's deepseek-recipe prompt rendering and its DSML / reasoning
-parsers are in the loop; the model's turns come from the scripts in `backend/scripted.py`
+parsers are in the loop; the model's turns come from the scripts in `checkpoint/scripted.py`
 (triggered by `[script:...]` in the user turn). Every request the runner sends is recorded on
 the wire, so what the server received can be checked against our own encoder: the server's
 `prompt_tokens` must equal `len(encode_prompt(render_request(body)))` for every step.
@@ -28,7 +28,7 @@ from sglang_ds41.agents.runner import MALFORMED
 from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.assets import v41_tokenizer
-from sglang_ds41.backend.scripted import (
+from sglang_ds41.checkpoint.scripted import (
     DEFAULT_SCRIPTS,
     INVOICE_JSON_TEXT,
     INVOICE_TRIGGER,

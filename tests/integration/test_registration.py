@@ -67,7 +67,7 @@ def test_without_our_patch_sglang_renames_v41_to_its_own_v4_model(official_dir):
 
 
 def test_scripted_config_resolves_to_the_scripted_model(tmp_path):
-    from sglang_ds41.backend.scripted import write_scripted_checkpoint
+    from sglang_ds41.checkpoint.scripted import write_scripted_checkpoint
 
     got = probe(write_scripted_checkpoint(tmp_path / "scripted"), patched=True)
     assert (got["module"], got["name"]) == ("sglang_ds41.backend.scripted", "DeepseekV41ScriptedForCausalLM")

@@ -15,7 +15,7 @@ import openai
 import pytest
 from sglang_ds41.encoding import encode_prompt, render_request
 
-from sglang_ds41.backend.scripted import DEFAULT_SCRIPTS, JSON_TRIGGER, TOOL_TRIGGER
+from sglang_ds41.checkpoint.scripted import DEFAULT_SCRIPTS, JSON_TRIGGER, TOOL_TRIGGER
 
 from .requests import WEATHER_TOOL
 

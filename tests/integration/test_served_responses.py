@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 from tests.plugin.test_served_output import rendered_value, same
 
 pytestmark = pytest.mark.integration

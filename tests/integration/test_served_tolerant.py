@@ -12,7 +12,7 @@ import pytest
 from sglang_ds41.encoding import stream as parser
 from sglang_ds41.encoding import wrapped_arguments
 
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 
 from .requests import WEATHER_TOOL
 from .test_served_tool_calls import ask, assert_no_dsml, client, without_ids  # noqa: F401 (fixture)

@@ -19,7 +19,7 @@ import openai
 import pytest
 from sglang_ds41.encoding.special_tokens import Special
 
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 from tests.plugin.test_served_output import rendered_value, same
 
 pytestmark = pytest.mark.integration
@@ -237,7 +237,7 @@ def post(server, path: str, body: dict) -> dict:
 def test_parse_function_call_keeps_strings_exact_and_flags_malformed_calls(scripted_server):
     """The text endpoint reads V4.1 output as chat does: surrounding whitespace kept, broken JSON
     and an unknown attribute returned with an `error` (upstream returns them as plain calls)."""
-    from sglang_ds41.backend.scripted import _raw_invoke
+    from sglang_ds41.checkpoint.scripted import _raw_invoke
 
     value = "  two spaces, then a newline\n"
     text = (

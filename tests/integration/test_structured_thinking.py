@@ -19,7 +19,7 @@ import pydantic
 import pytest
 from sglang_ds41.encoding import encode_prompt, render_request
 
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 
 from .requests import WEATHER_TOOL
 

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from sglang_ds41.assets import v41_tokenizer
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 
 from .requests import WEATHER_TOOL
 from .test_structured_thinking import PERSON, PERSON_SCHEMA

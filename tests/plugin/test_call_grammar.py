@@ -22,7 +22,7 @@ from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.prompt_ids import encode_text
 from sglang_ds41.encoding.special_tokens import Special
 
-from sglang_ds41.backend import scripted
+from sglang_ds41.checkpoint import scripted
 from sglang_ds41.plugin import call_grammar
 from sglang_ds41.plugin.grammar_compile import TokenExactCompiler, dispatch_structural_tag
 

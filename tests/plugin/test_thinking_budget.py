@@ -16,7 +16,7 @@ import pytest
 import torch
 from sglang_ds41.encoding.special_tokens import Special
 
-from sglang_ds41.backend.scripted import LONG_REASONING, script_ids
+from sglang_ds41.checkpoint.scripted import LONG_REASONING, script_ids
 
 VOCAB = 129280
 THINK_END = Special.THINK_END.id

@@ -219,8 +219,8 @@ def test_this_machine_has_no_gpu_by_either_check():
 
 
 def test_validate_checkpoint_describes_a_good_one_and_names_what_is_wrong(tmp_path):
-    from sglang_ds41.backend.scripted import write_scripted_checkpoint
     from sglang_ds41.checkpoint.reader import CheckpointError
+    from sglang_ds41.checkpoint.scripted import write_scripted_checkpoint
 
     assert serve.validate_checkpoint(write_scripted_checkpoint(tmp_path / "s")) == "the scripted test model"
     with pytest.raises(CheckpointError, match=r"no config\.json"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ds41 import cache, cli
-from sglang_ds41.backend.scripted import write_scripted_checkpoint
+from sglang_ds41.checkpoint.scripted import write_scripted_checkpoint
 from sglang_ds41.serve import launcher as serve
 
 
