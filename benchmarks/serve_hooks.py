@@ -9,8 +9,8 @@ finish chunk, for two outputs (plain text; text then a tool call) and two reques
 user message; a 401-message agent conversation with 200 earlier calls):
 
 * `upstream`: the adapter's own method (recipe's parser), the peer every ratio is taken to;
-* `ours`: the hooked method (`plugin/parsers.py`, `ServedOutput`);
-* `baseline` (with --baseline REV): `plugin/parsers.py` of git revision REV in the same run.
+* `ours`: the hooked method (`plugin/serving/parsers.py`, `ServedOutput`);
+* `baseline` (with --baseline REV): `plugin/serving/parsers.py` of git revision REV in the same run.
 
 Times are medians over --repeats interleaved passes, microseconds per token. The SSE chunks of
 `ours` and `baseline` are compared (ids aside) so that a faster hook is also the same hook.
@@ -114,11 +114,16 @@ def stream(method, adapter_obj, chat_request, ids: list[int]) -> list[str]:
 
 
 def baseline_hook(rev: str):
-    """`stream_chat_chunks` of `plugin/parsers.py` at git revision `rev`."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:sglang_ds41/plugin/parsers.py"],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+    """`stream_chat_chunks` of the chat hook's module at git revision `rev` (before the plugin's
+    split by role it was `plugin/parsers.py`)."""
+    for where in ("sglang_ds41/plugin/serving/parsers.py", "sglang_ds41/plugin/parsers.py"):
+        command = ["git", "-C", str(ROOT), "show", f"{rev}:{where}"]
+        shown = subprocess.run(command, capture_output=True, text=True)
+        if shown.returncode == 0:
+            source = shown.stdout
+            break
+    else:
+        raise SystemExit(f"--baseline {rev}: no chat hook module at that revision ({shown.stderr.strip()})")
     path = Path(tempfile.mkdtemp()) / "parsers_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("parsers_baseline", path)
@@ -192,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--baseline", metavar="REV", help="also time plugin/parsers.py of this git revision")
+    parser.add_argument("--baseline", metavar="REV", help="also time the chat hook of this git revision")
     args = parser.parse_args(argv)
     result = measure(args)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """A request's thinking mode and reasoning budgets: the rules and their error texts, in one
-place for the client-side renderer (`request.py`) and the server (`plugin/thinking.py`).
+place for the client-side renderer (`request.py`) and the server (`plugin/serving/thinking.py`).
 
 * DeepSeek's `thinking` field (`{"type": "enabled" | "adaptive" | "disabled"}`), typed as the
   official renderer types it (ENCODING.md §2.1);

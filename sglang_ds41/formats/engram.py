@@ -16,7 +16,7 @@ I8 (third-party MXFP4 releases), E8M0 scales as U8, the global scale as [1].
 
 The manifest (`checkpoint.manifest`), the planner (`engram.plan`), the table (`engram.table`),
 the converter (`checkpoint.convert`: its plan, re-encoder, quality report and verifier) and the SGLang plugin
-(`plugin.engram_embedding`) read names, tensors, dtypes, sizes and decoders here; a test checks
+(`plugin.tables.embedding`) read names, tensors, dtypes, sizes and decoders here; a test checks
 that none of them spells them itself. Sizes are `formats.sizes`' arithmetic and decoders are
 `formats.fp8` / `mxfp4` / `nvfp4`'s, loaded on first use: importing this module needs no torch,
 so the torch-free manifest and planner read it too.

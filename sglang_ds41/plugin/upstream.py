@@ -58,7 +58,7 @@ SIGNATURES: Mapping[str, str] = {
     f"{ENGRAM}._HostTable.__init__": "(self, layout: 'str', nbytes: 'int', name: 'str', group)",
     f"{ENGRAM}._sorted_host_reads": "(device: 'int') -> 'bool'",
     f"{ENGRAM}._cuda_kernels": "(t: 'torch.Tensor') -> 'bool'",
-    # The V4.1 chat output (plugin/parsers.py) and thinking decision (plugin/thinking.py).
+    # The V4.1 chat output (plugin/serving/parsers.py) and thinking decision (plugin/serving/thinking.py).
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
     ".__init__": "(self, *, "
     "chat_encoding_spec: 'str', tokenizer: 'Any', reasoning_parser: 'Optional[str]', tool_call_parser: "
@@ -125,7 +125,7 @@ SIGNATURES: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._process_messages": "(self, request: "
     "'ChatCompletionRequest', is_multimodal: 'bool', *, output_constrained: 'bool' = False) -> "
     "'MessageProcessingResult'",
-    # The V4.1 Responses API output (plugin/responses.py).
+    # The V4.1 Responses API output (plugin/serving/responses.py).
     f"{RECIPE_ADAPTER}.parse_responses_output": "(self, *, request: 'ResponsesRequest', require_reasoning: "
     "'bool', output_ids: 'list[int]', finish_reason: 'Optional[dict[str, Any]]', separate_reasoning: 'bool', "
     "parse_tool_calls: 'bool') -> 'tuple[str, str, list[ToolCallItem]]'",
@@ -140,11 +140,11 @@ SIGNATURES: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream.step": "(self, "
     "chunk: 'dict[str, Any]', finish_reason: 'Optional[dict[str, Any]]') -> "
     "'tuple[str, str, list[ToolCallItem]]'",
-    # The text-parsing endpoints (plugin/text_endpoints.py).
+    # The text-parsing endpoints (plugin/serving/text_endpoints.py).
     f"{RECIPE_ADAPTER}.separate_reasoning_text": "(self, text: 'str') -> 'tuple[str, str]'",
     f"{RECIPE_ADAPTER}.parse_function_call_text": "(self, text: 'str', tools: 'list[Tool]') -> "
     "'tuple[str, list[ToolCallItem]]'",
-    # The thinking token budget (plugin/thinking_budget.py).
+    # The thinking token budget (plugin/serving/thinking_budget.py).
     f"{GRAMMAR_MANAGER}._apply_request_reasoning_config": "(self, req: 'Req') -> 'None'",
     f"{GRAMMAR_MANAGER}.process_req_with_grammar": "(self, req: 'Req') -> 'bool'",
     f"{REASONER}.ReasonerGrammarBackend._make_grammar_object": "(self, grammar: "
@@ -157,7 +157,7 @@ SIGNATURES: Mapping[str, str] = {
     f"{XGRAMMAR_BACKEND}.apply_vocab_mask": "(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None",
     f"{XGRAMMAR_BACKEND}.set_token_filter": "(vocab_mask: torch.Tensor, token_ids: List[int], "
     "batch_idx: int, is_allowed: bool = True, reset_vocab_mask: bool = True)",
-    # Token-exact V4.1 tool-call grammars (plugin/grammar_compile.py).
+    # Token-exact V4.1 tool-call grammars (plugin/serving/grammar_compile.py).
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "(self, key_string: str) -> "
     "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject",
     f"{XGRAMMAR_BACKEND}._from_context": "(self, ctx: xgrammar.compiler.CompiledGrammar, key_string: str, "
@@ -173,7 +173,7 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     f"{EMBEDDING}.forward": "68f791628981ea39",
     f"{EMBEDDING}.dequant_staged": "539c744c8b29bfdd",
     f"{EMBEDDING}._owned_rows": "47211cf1e657646c",
-    # The V4.1 chat output (plugin/parsers.py) and thinking decision (plugin/thinking.py).
+    # The V4.1 chat output (plugin/serving/parsers.py) and thinking decision (plugin/serving/thinking.py).
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
     ".__init__": "26ef7ceb11e58015",
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeChatEncodingAdapter"
@@ -197,13 +197,13 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat.handle_request": "f47d3e8fad409f77",
     "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._process_messages": "00296c1f9bed5732",
     f"{XGRAMMAR_BACKEND}.dispatch_structural_tag": "464dce13b1c1ab5a",
-    # plugin/responses.py re-implements these (the parse recipe's parser is built with, the step).
+    # plugin/serving/responses.py re-implements these (the parse recipe's parser is built with, the step).
     f"{RECIPE_ADAPTER}.parse_responses_output": "7243ce8a23f4a870",
     f"{RECIPE_ADAPTER}._new_responses_parser": "2fb60c9242f0e11f",
     "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeekRecipeResponsesStream"
     ".step": "d12bca50853c757c",
     f"{RESPONSES}._incomplete_tool_call_indices": "be6f54ecf863dbfd",
-    # plugin/thinking_budget.py relies on how these count and force the end of the reasoning.
+    # plugin/serving/thinking_budget.py relies on how these count and force the end of the reasoning.
     f"{GRAMMAR_MANAGER}._apply_request_reasoning_config": "67b43794b6924bb4",
     f"{GRAMMAR_MANAGER}.process_req_with_grammar": "5341c5932fae0666",
     f"{REASONER}.ReasonerGrammarBackend._make_grammar_object": "6204ecbb56a20ebc",
@@ -211,7 +211,7 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     f"{REASONER}.ReasonerGrammarObject.fill_vocab_mask": "4f2d5be14afb6cfb",
     f"{REASONER}.ReasonerGrammarObject.transfer_state": "f9e3a320ec2551f3",
     f"{REASONER}.ReasonerGrammarObject.rollback_state": "095a9366e0819f4d",
-    # plugin/text_endpoints.py re-implements these.
+    # plugin/serving/text_endpoints.py re-implements these.
     f"{RECIPE_ADAPTER}.separate_reasoning_text": "c6962c58857ba40c",
     f"{RECIPE_ADAPTER}.parse_function_call_text": "e930b84beb9ae0fb",
 }

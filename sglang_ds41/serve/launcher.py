@@ -322,7 +322,7 @@ def build_launch(
     thinking_token_budget: int | None = None,
 ) -> Launch:
     """The server command and environment for `model_dir`; `gpu=None` looks for a GPU (`has_gpu`);
-    `thinking_token_budget` is the server's default (`plugin/thinking.py` reads it per request).
+    `thinking_token_budget` is the server's default (`plugin/serving/thinking.py` reads it per request).
 
     The engine follows the device: on a GPU upstream SGLang's own V4.1 model (our plugin adds
     the MXFP4 Engram tables; SGLang loads it through its entry point), on the CPU (no GPU, or

@@ -1,6 +1,6 @@
 """The Responses API through the real server (`sglang-ds41 serve`, scripted model), plain `openai` client.
 
-The same parse as chat completions serves `/v1/responses` (plugin/responses.py): the client must
+The same parse as chat completions serves `/v1/responses` (plugin/serving/responses.py): the client must
 get exactly the calls rendered as `completed` `function_call` items, and every malformed call
 (broken `string="false"` JSON, an unknown attribute, a call cut by `max_output_tokens`) as an
 `incomplete` one with its arguments as written; streamed equals one-shot. The server thinks by

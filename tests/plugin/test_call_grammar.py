@@ -1,4 +1,4 @@
-"""Token-exact V4.1 tool-call grammars (plugin/call_grammar.py, plugin/grammar_compile.py).
+"""Token-exact V4.1 tool-call grammars (plugin/serving/call_grammar.py, plugin/serving/grammar_compile.py).
 
 The tags are SGLang's own, built as the server builds them (`DeepSeekV41Detector.get_structural_tag`,
 serialised like the sampling parameters), compiled by `TokenExactCompiler` over the real V4.1
@@ -23,8 +23,8 @@ from sglang_ds41.encoding.prompt_ids import encode_text
 from sglang_ds41.encoding.special_tokens import Special
 
 from sglang_ds41.checkpoint import scripted
-from sglang_ds41.plugin import call_grammar
-from sglang_ds41.plugin.grammar_compile import TokenExactCompiler, dispatch_structural_tag
+from sglang_ds41.plugin.serving import call_grammar
+from sglang_ds41.plugin.serving.grammar_compile import TokenExactCompiler, dispatch_structural_tag
 
 xgrammar = pytest.importorskip("xgrammar")
 
@@ -336,7 +336,7 @@ def upstream_compile(backend, key_string):
 
 
 def test_the_hook_compiles_v41_call_tags_token_exact_on_the_v41_vocabulary(vocabulary):
-    from sglang_ds41.plugin.grammar_compile import serves_v41_vocabulary
+    from sglang_ds41.plugin.serving.grammar_compile import serves_v41_vocabulary
 
     assert serves_v41_vocabulary(vocabulary.decoded_vocab)
     key = upstream_tag(["get_weather"], named("get_weather"))

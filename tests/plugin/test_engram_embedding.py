@@ -46,7 +46,7 @@ def all_row_ids(layout, layer: int) -> torch.Tensor:
 
 
 def test_load_plugins_installs_our_table_class(upstream_engram):
-    from sglang_ds41.plugin.engram_embedding import Ds41EngramEmbedding
+    from sglang_ds41.plugin.tables.embedding import Ds41EngramEmbedding
 
     assert "sglang_ds41" in {ep.name for ep in entry_points(group="sglang.srt.plugins")}
     assert upstream_engram.EngramEmbedding is Ds41EngramEmbedding
@@ -175,7 +175,7 @@ def _with_config(tmp_path, ckpt, quant_update: dict):
 def test_tables_that_contradict_the_config_fail_before_allocation_naming_each_tensor(
     upstream_engram, tiny_ckpt, tmp_path, tensors, declared, problems
 ):
-    from sglang_ds41.plugin.engram_embedding import EngramFormatError
+    from sglang_ds41.plugin.tables.embedding import EngramFormatError
 
     ckpt = _with_config(tmp_path, tiny_ckpt(engram=tensors), declared)
     with pytest.raises(EngramFormatError) as error:
@@ -202,7 +202,7 @@ def test_the_loader_also_checks_every_tensor_it_is_given(
     upstream_engram, tiny_ckpt, engram, part, bad, found
 ):
     """Tensors that reach the loader from elsewhere (a hub checkpoint: no headers read first)."""
-    from sglang_ds41.plugin.engram_embedding import EngramFormatError
+    from sglang_ds41.plugin.tables.embedding import EngramFormatError
 
     module, _ = build_engram(upstream_engram, tiny_ckpt(engram=engram), 1)
     param = dict(module.embed.named_parameters())[part]

@@ -19,7 +19,7 @@ from sglang_ds41.encoding.special_tokens import Special
 
 from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.checkpoint import scripted
-from sglang_ds41.plugin.served_output import BLOCK_NOT_CLOSED, ServedOutput, Step
+from sglang_ds41.plugin.serving.served_output import BLOCK_NOT_CLOSED, ServedOutput, Step
 from tests.encoding.parse_oracle import model_ids, model_outputs
 
 SCRIPTS = {s.name: s for s in scripted.ADVERSARIAL_SCRIPTS}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_ds41.plugin import parsers, thinking
+from sglang_ds41.plugin.serving import parsers, thinking
 
 TARGETS = sorted({**parsers.HOOKS, **thinking.HOOKS})
 

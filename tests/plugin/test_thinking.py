@@ -1,11 +1,11 @@
-"""The one thinking decision of a V4.1 request (plugin/thinking.py), against DeepSeek's API rules."""
+"""The one thinking decision of a V4.1 request (plugin/serving/thinking.py), against DeepSeek's API rules."""
 
 from __future__ import annotations
 
 import pytest
 from sglang_ds41.encoding import EncodingError, reasoning, render_request
 
-from sglang_ds41.plugin import thinking
+from sglang_ds41.plugin.serving import thinking
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The thinking token budget in the scheduler (`plugin/thinking_budget.py`), on SGLang's own
+"""The thinking token budget in the scheduler (`plugin/serving/thinking_budget.py`), on SGLang's own
 grammar objects: its `GrammarManager` methods as hooked by `load_plugins()`, a real reasoner
 backend over xgrammar with the V4.1 vocabulary, and the mask walk its speculative decoding
 runs over a draft chain (`spec_utils.generate_token_bitmask`, what DSPARK's verify calls).

@@ -66,7 +66,7 @@ CHANGED_UPSTREAM = textwrap.dedent(
     engram.EngramEmbedding._owned_rows = _owned_rows   # an SGLang whose method changed
 
     try:
-        import sglang_ds41.plugin.engram_embedding
+        import sglang_ds41.plugin.tables.embedding
     except Exception as error:
         print("IMPORT:", type(error).__name__, error)
 

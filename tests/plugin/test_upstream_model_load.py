@@ -281,7 +281,7 @@ def _layer_count(ckpt: Path) -> int:
 
 def test_plugin_replaces_upstream_engram_embedding(loaded):
     for report in loaded["reports"]:
-        assert report["embedding_class"] == "sglang_ds41.plugin.engram_embedding.Ds41EngramEmbedding"
+        assert report["embedding_class"] == "sglang_ds41.plugin.tables.embedding.Ds41EngramEmbedding"
         for fmt in FORMATS:
             built = report["checkpoints"][loaded["ckpts"][fmt].name]
             assert built["model_class"] == "sglang.srt.models.deepseek_v4.DeepseekV4ForCausalLM"
@@ -376,7 +376,7 @@ def test_engram_tables_hold_the_ranks_checkpoint_rows(loaded, fmt):
         for rank, report in enumerate(loaded["reports"]):
             got = report["checkpoints"][ckpt.name]["tables"][str(layer)]
             start, stop = ranges[rank]
-            assert got["class"] == "sglang_ds41.plugin.engram_embedding.Ds41EngramEmbedding"
+            assert got["class"] == "sglang_ds41.plugin.tables.embedding.Ds41EngramEmbedding"
             assert got["format"] == fmt
             assert (got["row_start"], got["rows"]) == (start, stop - start), f"rank {rank} layer {layer}"
             assert got["weight"] == [weight[0], [stop - start, weight[1]]]

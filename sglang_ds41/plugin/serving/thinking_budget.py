@@ -44,7 +44,7 @@ from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBacke
 from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
 from xgrammar import apply_token_bitmask_inplace
 
-from sglang_ds41.plugin.thinking import BUDGET_PARAM
+from sglang_ds41.plugin.serving.thinking import BUDGET_PARAM
 
 MANAGER = "sglang.srt.constrained.grammar_manager.GrammarManager"
 

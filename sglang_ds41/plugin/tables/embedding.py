@@ -35,7 +35,7 @@ from sglang_ds41.engram.split_gather import mxfp4_gather, mxfp4_rows, nvfp4_gath
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.formats.engram import FP8, NVFP4, EngramFormat, Part, accepts_shape
 from sglang_ds41.plugin import upstream as upstream_surface
-from sglang_ds41.plugin.checkpoint_formats import engram_formats, stored_table_tensors
+from sglang_ds41.plugin.tables.checkpoint_formats import engram_formats, stored_table_tensors
 
 upstream_surface.check()
 

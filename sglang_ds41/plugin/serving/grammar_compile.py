@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from sglang_ds41.encoding.special_tokens import SPECIAL_IDS
-from sglang_ds41.plugin import call_grammar
+from sglang_ds41.plugin.serving import call_grammar
 from sglang_ds41.plugin.upstream import XGRAMMAR_BACKEND as BACKEND
 
 logger = logging.getLogger(__name__)

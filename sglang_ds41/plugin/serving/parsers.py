@@ -60,7 +60,7 @@ from starlette.responses import Response
 
 from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
-from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
+from sglang_ds41.plugin.serving.served_output import ServedCall, ServedOutput, Step
 
 MODULE = "sglang.srt.entrypoints.openai.serving_deepseek_recipe"
 ADAPTER = f"{MODULE}.DeepSeekRecipeChatEncodingAdapter"

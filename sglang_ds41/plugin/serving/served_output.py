@@ -3,7 +3,7 @@
 `ServedOutput` wraps `encoding.StreamParser` in token mode (`</think>` and `｜DSML｜` are
 recognised only as their special ids, never by their spelling; string arguments are copied
 byte for byte) with what a server needs around it; it imports nothing of SGLang, so the
-serving hooks (`plugin/parsers.py`) stay thin and this part is tested on its own:
+serving hooks (`plugin/serving/parsers.py`) stay thin and this part is tested on its own:
 
 * **Calls are released whole, once they are final.** A call is handed out when its calls block
   closes (every call in it is then known, nothing after the block counts) or when the output

@@ -26,8 +26,8 @@ from sglang.srt.function_call.core_types import ToolCallItem
 
 from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
-from sglang_ds41.plugin.parsers import ADAPTER, next_step, ours, stop_strings
-from sglang_ds41.plugin.served_output import ServedCall, ServedOutput, Step
+from sglang_ds41.plugin.serving.parsers import ADAPTER, next_step, ours, stop_strings
+from sglang_ds41.plugin.serving.served_output import ServedCall, ServedOutput, Step
 
 RESPONSES = "sglang.srt.entrypoints.openai.serving_responses"
 SERVING = f"{RESPONSES}.OpenAIServingResponses"

@@ -26,8 +26,8 @@ from typing import Any
 from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.special_tokens import Special
-from sglang_ds41.plugin.parsers import ADAPTER, v41_adapter
-from sglang_ds41.plugin.served_output import ServedOutput, Step
+from sglang_ds41.plugin.serving.parsers import ADAPTER, v41_adapter
+from sglang_ds41.plugin.serving.served_output import ServedOutput, Step
 
 
 def _parse(adapter: Any, ids: list[int], options: ParsingOptions, declared=None) -> Step:
