@@ -98,7 +98,9 @@ class Agent:
         if _named_choice(self.tool_choice) and self.tool_choice["function"]["name"] not in names:
             raise AgentConfigError(f"agent {self.name!r}: tool_choice names an unknown tool")
         if self.max_output_repairs < 0:
-            raise AgentConfigError(f"agent {self.name!r}: max_output_repairs must be >= 0")
+            raise AgentConfigError(
+                f"agent {self.name!r}: max_output_repairs must be >= 0, got {self.max_output_repairs}"
+            )
         object.__setattr__(self, "_output", OutputSpec.of(self.output_type))
 
     @property

@@ -170,7 +170,8 @@ class RunState:
     @classmethod
     def replay(cls, events: list[Event]) -> RunState:
         if not events or events[0].type != "run_started":
-            raise RunLogError("event log: the first event must be run_started")
+            first = events[0].type if events else "no event at all"
+            raise RunLogError(f"event log: the first event must be run_started, got {first}")
         state = cls()
         for event in events:
             state.apply(event)

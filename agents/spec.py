@@ -112,7 +112,9 @@ def _from_file(path: Path) -> tuple[Agent, str | None]:
     workspace = data.get("workspace")
     if workspace:
         if not isinstance(workspace, dict) or "root" not in workspace:
-            raise AgentConfigError(f"{path}: 'workspace' must be a mapping with a 'root'")
+            raise AgentConfigError(
+                f"{path}: 'workspace' must be a mapping with a 'root', got {repr(workspace)[:200]}"
+            )
         root = (path.parent / workspace["root"]).resolve()
         tools += workspace_tools(
             root,

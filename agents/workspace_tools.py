@@ -33,7 +33,7 @@ class Workspace:
 
     def parts(self, path: str) -> list[str]:
         if not path or "\x00" in path:
-            raise WorkspaceError("empty or invalid path")
+            raise WorkspaceError(f"path {path!r}: expected a non-empty path without NUL characters")
         pure = PurePosixPath(path)
         if pure.is_absolute() or path.startswith("~") or "\\" in path:
             raise WorkspaceError(f"{path!r}: use a path relative to the workspace root")

@@ -105,8 +105,9 @@ def check_value(value: Any, depth: int = 0) -> None:
 
 
 def _check_string(text: str) -> None:
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
-        raise JsonTextError("lone surrogate in a JSON string")
+    for at, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            raise JsonTextError(f"lone surrogate U+{ord(ch):04X} at index {at} of a JSON string")
 
 
 def dumps(value: Any) -> str:

@@ -195,7 +195,10 @@ class SlotState:
         self.full = pool.full
         self._check_view("the full pool's K buffer", self.full, rows, self.layout.row_bytes)
         if not self.full.is_contiguous():
-            raise SlotStateError("the full pool's K buffer must be contiguous to hold slot rows")
+            raise SlotStateError(
+                "the full pool's K buffer must be contiguous to hold slot rows, got strides "
+                f"{list(self.full.stride())} for shape {list(self.full.shape)}"
+            )
         self.window = []
         for layer in range(cfg.num_hidden_layers):
             view = pool.window.get(layer)

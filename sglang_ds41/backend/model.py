@@ -8,12 +8,13 @@ adds only SGLang's batching, KV slots and TP. Read it beside `reference.model.Bl
 attention the reference layer's phases run once over all requests with the state in the slot
 store (`attention.batch_attention`), its Engram the same `EngramLayer` with the TP sum.
 
-State (docs/SGLANG_CPU.md §6.1): everything per token lives in model-owned buffers indexed by
-SGLang's KV slot ids (`kv_state.SlotState`: token ids, window KV, compressed latents, index
-keys; the ratio-2 pending token per request slot), read back through `req_to_token`, so
-chunked prefill, decode and radix prefix hits resume exactly. SGLang's own MHA pool only
-supplies the slot ids (its K/V rows go unused). A ratio-2 layer needs an even `--page-size`
-(`serve` defaults to 2), checked at start-up.
+State (docs/SGLANG_CPU.md §3.4, §6): everything per token is stored at SGLang's KV slot ids
+(`kv_state.SlotState`: token ids, window KV, compressed latents, index keys; the ratio-2
+pending token per request slot), read back through `req_to_token`, so chunked prefill, decode
+and radix prefix hits resume exactly. Served, those rows are SGLang's own hybrid sliding-window
+pool: `serve/launch_hooks.py` gives it one K row per token of exactly our packed bytes (no V
+rows) and `slot_store` hands its buffers to the state (`kv_state.PoolViews`). A ratio-2 layer
+needs an even `--page-size` (`serve` defaults to 2), checked at start-up.
 
 Dtype: the model computes in `$SGLANG_DS41_DTYPE` when set (float64 / float32 / bfloat16;
 the exactness tests use float64, like the reference oracle), else in SGLang's `--dtype`. The

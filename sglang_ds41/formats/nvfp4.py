@@ -182,7 +182,7 @@ def mxfp4_to_nvfp4(
     """
     exponents = e8m0.as_bytes(scales, "mxfp4 scales").to(torch.int32) - e8m0.BIAS
     if exponents.numel() == 0:
-        raise FormatError("mxfp4_to_nvfp4: empty scale tensor")
+        raise FormatError(f"mxfp4_to_nvfp4: expected at least one scale, got shape {list(scales.shape)}")
     top = int(exponents.max())
     g = top - 8  # largest block scale maps to 2**8 = 256, the top power of two below 448
     if int(exponents.min()) - g < -9:

@@ -83,7 +83,9 @@ def read_source(
                 "URL or raw bytes"
             )
     else:
-        raise ImageError(f"{what}: unsupported image source type {type(source).__name__}")
+        raise ImageError(
+            f"{what}: unsupported image source type {type(source).__name__}; expected a str (URL) or bytes"
+        )
     if not data:
         raise ImageError(f"{what}: the image is empty (0 bytes)")
     if len(data) > limits.max_bytes:
