@@ -1,5 +1,9 @@
 """Agent runner over the OpenAI client, imported as `sglang_ds41.agents` (not `agents`).
 
+(This folder sits at the repository root, not under `sglang_ds41/`: pyproject.toml's
+`package-dir` installs it as `sglang_ds41.agents`, so that `import agents` stays the
+openai-agents package's; README, Layout, says more.)
+
 The public API fits on one screen:
 
 * `Agent(name, instructions, tools, output_type, thinking, reasoning_effort, reminder, policies)`

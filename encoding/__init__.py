@@ -1,5 +1,9 @@
 """The DeepSeek-V4.1 prompt format, imported as `sglang_ds41.encoding`.
 
+(This folder sits at the repository root, not under `sglang_ds41/`: pyproject.toml's
+`package-dir` installs it as `sglang_ds41.encoding`, so every import of it, here and in the
+other packages, is spelled `sglang_ds41.encoding` (or relative); README, Layout, says why.)
+
 A pipeline of pure stages, byte-exact with the official renderer `deepseek-recipe`:
 OpenAI chat request -> Conversation -> RenderedPrompt (text + special spans) -> token ids;
 and the way back: completion text or ids -> reasoning / content / tool calls.
