@@ -51,7 +51,7 @@ class Agent:
     * `output_type`: a pydantic model class or JSON Schema dict for a structured final answer;
       `max_output_repairs` bounds the repair turns when it does not validate.
     * `model_settings`: extra request fields (temperature, top_p, max_tokens, seed, extra_body ...);
-      without `max_tokens` each request gets `runner.DEFAULT_MAX_TOKENS` (4096), `None` sends none.
+      without `max_tokens` each request gets `model_turn.DEFAULT_MAX_TOKENS` (4096), `None` sends none.
     """
 
     name: str

@@ -61,8 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sglang_ds41.agents import Runner
     from sglang_ds41.agents.errors import AgentConfigError
+    from sglang_ds41.agents.model_turn import request_token_limit
     from sglang_ds41.agents.output import to_jsonable
-    from sglang_ds41.agents.runner import request_token_limit
     from sglang_ds41.agents.spec import load_agent
 
     # Like `python -m`: user modules named in the spec resolve from the current directory.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from sglang_ds41.agents import Agent, Runner
-from sglang_ds41.agents.runner import DEFAULT_MAX_TOKENS
+from sglang_ds41.agents.model_turn import DEFAULT_MAX_TOKENS
 from sglang_ds41.agents.testing import Reply, by_turn
 
 from sglang_ds41.cli import main
@@ -115,6 +115,6 @@ def test_the_spec_finds_its_tool_module_beside_it_from_any_directory(serve, caps
     ],
 )
 def test_the_start_line_names_the_limit_each_request_asks_for(settings, limit):
-    from sglang_ds41.agents.runner import request_token_limit
+    from sglang_ds41.agents.model_turn import request_token_limit
 
     assert request_token_limit(settings) == limit

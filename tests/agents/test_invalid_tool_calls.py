@@ -15,7 +15,7 @@ import openai
 import pytest
 from sglang_ds41.agents import Agent, LimitExceeded, Runner, function_tool
 from sglang_ds41.agents.log import read_log
-from sglang_ds41.agents.runner import MALFORMED
+from sglang_ds41.agents.tool_turn import MALFORMED
 
 from .conftest import fast_policies
 

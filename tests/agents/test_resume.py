@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sglang_ds41.agents import ApproveWith, RunLogError, Runner
 from sglang_ds41.agents.log import KILL_ENV, EventLog, log_path, read_log
-from sglang_ds41.agents.runner import INTERRUPTED
 from sglang_ds41.agents.testing import by_turn
+from sglang_ds41.agents.tool_turn import INTERRUPTED
 
 from .crash_agent import SCRIPT, make_agent
 

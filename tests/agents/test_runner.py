@@ -13,8 +13,8 @@ import time
 
 import pytest
 from sglang_ds41.agents import Agent, AgentConfigError, Runner, function_tool
-from sglang_ds41.agents.runner import TRUNCATED
 from sglang_ds41.agents.testing import Reply
+from sglang_ds41.agents.tool_turn import TRUNCATED
 from sglang_ds41.encoding import encode_prompt, render_request
 from sglang_ds41.encoding.special_tokens import Special
 

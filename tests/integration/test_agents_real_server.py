@@ -24,7 +24,7 @@ import openai
 import pytest
 from sglang_ds41.agents import Agent, Limits, Policies, Runner, ThreadExecutor, function_tool
 from sglang_ds41.agents.log import KILL_ENV, read_log
-from sglang_ds41.agents.runner import MALFORMED
+from sglang_ds41.agents.tool_turn import MALFORMED
 from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.assets import v41_tokenizer
