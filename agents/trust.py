@@ -920,7 +920,8 @@ class UntrustedContent:
             yield Hold("untrusted", f"{tool.name} is {kind} and the context holds untrusted tool output")
             return
         bound = self.bind_actions and binds_action(tool)
-        for param, value in _values(arguments, schema=tool.parameters):
+        shape, grants = _declared_words(tool), tool.destinations
+        for param, value in _values(arguments, schema=tool.parameters, spelled=shape, grants=grants):
             needle = words(value)
             if param in tool.destinations:
                 if not value.strip():
@@ -1008,28 +1009,47 @@ class UntrustedContent:
 
 
 def _values(
-    arguments: Any, param: str = "", keys: bool = True, schema: Any = None, root: Any = None
+    arguments: Any,
+    param: str = "",
+    keys: bool = True,
+    schema: Any = None,
+    root: Any = None,
+    spelled: frozenset[str] = frozenset(),
+    grants: Collection[str] = (),
 ) -> Iterator[tuple[str, str]]:
     """(top-level parameter, value as text) for every string and number in the arguments, and
     (with `keys`) every key of an object below the top level that its schema (`schema`, the
-    tool's parameters) does not declare as a property: `permissions={address: "reader"}` names
-    its grantee by a key, `{"email": ..., "name": ...}` names nobody by its keys."""
+    tool's parameters) does not declare as a property, nor its declaration spell out (`spelled`:
+    an open object whose description says 'a field "file_id"'), unless it is below one of
+    `grants` (destinations: a key there names a grantee however it is spelled):
+    `permissions={address: "reader"}` names its grantee by a key, `{"email": ..., "name": ...}`
+    names nobody by its keys."""
     root = schema if root is None else root
     schema = _resolve(schema, root)
     if isinstance(arguments, dict):
         declared = schema.get("properties", {}) if isinstance(schema, dict) else {}
         extra = schema.get("additionalProperties") if isinstance(schema, dict) else None
         for key, item in arguments.items():
-            if param and keys and key not in declared:
+            if param and keys and key not in declared and key not in spelled:
                 yield param, str(key)
             below = declared.get(key, extra if isinstance(extra, dict) else None)
-            yield from _values(item, param or str(key), keys, below, root)
+            inner = frozenset() if not param and key in grants else spelled
+            yield from _values(item, param or str(key), keys, below, root, inner)
     elif isinstance(arguments, list | tuple):
         items = schema.get("items") if isinstance(schema, dict) else None
         for item in arguments:
-            yield from _values(item, param, keys, items, root)
+            yield from _values(item, param, keys, items, root, spelled)
     elif (scalar := _scalar(arguments)) is not None:
         yield param, scalar
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _declared_words(tool: Tool) -> frozenset[str]:
+    """The identifiers the tool's declaration (its description and parameters' schema) spells:
+    the keys it tells the model to write are part of the call's shape, not values anyone chose."""
+    return frozenset(_IDENTIFIER.findall(f"{tool.description} {json.dumps(tool.parameters)}"))
 
 
 def _closed(tool: Tool, param: str) -> bool:
