@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 INT_MIN = -(2**63)
@@ -104,10 +105,16 @@ def check_value(value: Any, depth: int = 0) -> None:
     raise JsonTextError(f"{type(value).__name__} is not a JSON value")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _check_string(text: str) -> None:
-    for at, ch in enumerate(text):
-        if "\ud800" <= ch <= "\udfff":
-            raise JsonTextError(f"lone surrogate U+{ord(ch):04X} at index {at} of a JSON string")
+    if text.isascii():
+        return
+    found = _SURROGATE.search(text)
+    if found is not None:
+        at = found.start()
+        raise JsonTextError(f"lone surrogate U+{ord(text[at]):04X} at index {at} of a JSON string")
 
 
 def dumps(value: Any) -> str:

@@ -8,6 +8,7 @@ to spell a special token stays plain text and is never given a special id.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,9 @@ _TEMPLATE_SPECIALS = re.compile(
     "|".join(re.escape(s.value) for s in (Special.DSML, Special.THINK_START, Special.THINK_END))
 )
 _BY_SPELLING = {s.value: s for s in Special}
+_SPELLING = {s: s.value for s in Special}
+_ID = {s: s.id for s in Special}
+_JSON_FORMATS = ("json_object", "json_schema")
 
 
 @dataclass(frozen=True)
@@ -75,19 +79,20 @@ class RenderedPrompt:
 
 
 class _Builder:
+    """The prompt as pieces, each plain text or one special token (`tokens[i]` is None for text)."""
+
     def __init__(self) -> None:
         self.pieces: list[str] = []
-        self.length = 0
-        self.spans: list[SpecialSpan] = []
+        self.tokens: list[Special | None] = []
         self.images: list[ImageSource] = []
 
     def text(self, text: str) -> None:
         self.pieces.append(text)
-        self.length += len(text)
+        self.tokens.append(None)
 
     def special(self, token: Special) -> None:
-        self.spans.append(SpecialSpan(self.length, self.length + len(token.value), token))
-        self.text(token.value)
+        self.pieces.append(_SPELLING[token])
+        self.tokens.append(token)
 
     def template(self, text: str) -> None:
         """Fixed template text whose DSML/think spellings are special tokens."""
@@ -109,54 +114,123 @@ class _Builder:
                 self.text(part)
 
     def build(self) -> RenderedPrompt:
-        return RenderedPrompt("".join(self.pieces), tuple(self.spans), tuple(self.images))
+        spans = []
+        offset = 0
+        for piece, token in zip(self.pieces, self.tokens, strict=True):
+            if token is not None:
+                spans.append(SpecialSpan(offset, offset + len(piece), token))
+            offset += len(piece)
+        return RenderedPrompt("".join(self.pieces), tuple(spans), tuple(self.images))
+
+    def starts_with_special(self) -> bool:
+        """Whether no text comes before the first special token (then the ids of what this
+        builder holds do not depend on what was rendered before it, ENCODING.md §1.3)."""
+        for piece, token in zip(self.pieces, self.tokens, strict=True):
+            if token is not None:
+                return True
+            if piece:
+                return False
+        return True
+
+    def ids(self, encode: Callable[[str], Sequence[int]]) -> list[int]:
+        """Token ids of the pieces: each special token its id, each text run `encode`d."""
+        ids: list[int] = []
+        run: list[str] = []
+        for piece, token in zip(self.pieces, self.tokens, strict=True):
+            if token is None:
+                run.append(piece)
+                continue
+            if run:
+                ids += encode("".join(run))
+                run = []
+            ids.append(_ID[token])
+        if run:
+            ids += encode("".join(run))
+        return ids
 
 
 def render_conversation(conv: Conversation) -> RenderedPrompt:
     out = _Builder()
-    out.special(Special.BOS)
-    messages = list(conv.messages)
-    tools_present = bool(conv.tools)
-    json_format = conv.response_format in ("json_object", "json_schema")
-    first_is_system = bool(messages) and isinstance(messages[0], SystemMessage)
-    if (conv.thinking and messages) or first_is_system or tools_present or json_format:
-        _first_block(out, conv, messages.pop(0) if first_is_system else None)
+    writer = PromptWriter(conv)
+    for message in conv.messages:
+        writer.add(out, message)
+    writer.finish(out)
+    return out.build()
 
-    keep_reasoning = conv.thinking and tools_present
+
+@dataclass
+class PromptWriter:
+    """Renders `conv`'s settings with messages given one at a time (ENCODING.md §2, §10.2).
+
+    `add` writes only text that no later message can change, each write starting with a
+    special token; a run of user/tool messages waits until a message of another kind (or
+    `finish`) closes it, since later results join its block and are put in call order, and a
+    continued (prefix) turn waits for `finish`. `finish` writes the rest and the generation
+    header. A copy (`copy.copy`) resumes where this one stands.
+    """
+
+    conv: Conversation
+    started: bool = False
+    count: int = 0
     last_calls: tuple[ToolCall, ...] = ()
-    i = 0
-    while i < len(messages):
-        message = messages[i]
+    after_reminder: bool = False
+    run: tuple[Message, ...] = ()
+    prefix: AssistantMessage | None = None
+
+    def add(self, out: _Builder, message: Message) -> None:
+        self.count += 1
+        if self.prefix is not None:
+            return  # nothing after a continued turn is rendered
+        if not self.started:
+            self.started = True
+            out.special(Special.BOS)
+            conv = self.conv
+            if isinstance(message, SystemMessage):
+                _first_block(out, conv, message)
+                return
+            if conv.thinking or conv.tools or conv.response_format in _JSON_FORMATS:
+                _first_block(out, conv, None)
         if isinstance(message, (UserMessage, ToolMessage)):
-            j = i
-            while j < len(messages) and isinstance(messages[j], (UserMessage, ToolMessage)):
-                j += 1
-            _user_block(out, messages[i:j], last_calls)
-            i = j
-            continue
+            self.run += (message,)
+            self.after_reminder = False
+            return
+        self._close_run(out)
         if isinstance(message, SystemMessage):
             out.special(Special.SYSTEM)
             out.parts(message.parts)
         elif isinstance(message, LatestReminderMessage):
-            if not (i and isinstance(messages[i - 1], LatestReminderMessage)):
+            if not self.after_reminder:
                 out.special(Special.LATEST_REMINDER)
                 out.text(message.content)
         elif message.prefix:
-            _prefix_turn(out, conv.thinking and not prefix_closes_reasoning(conv), message)
-            return out.build()
+            self.prefix = message
         else:
-            _assistant_turn(out, message, keep_reasoning)
+            _assistant_turn(out, message, self.conv.thinking and bool(self.conv.tools))
             if message.tool_calls:
-                last_calls = message.tool_calls
-        i += 1
+                self.last_calls = message.tool_calls
+        self.after_reminder = isinstance(message, LatestReminderMessage)
 
-    out.special(Special.ASSISTANT)
-    out.special(Special.THINK_START if conv.thinking else Special.THINK_END)
-    if conv.tool_choice == "required" and tools_present:
-        out.text("\n\n<")
-        out.special(Special.DSML)
-        out.text(" calls>\n")
-    return out.build()
+    def finish(self, out: _Builder) -> None:
+        conv = self.conv
+        if not self.started:
+            out.special(Special.BOS)
+            if conv.tools or conv.response_format in _JSON_FORMATS:
+                _first_block(out, conv, None)
+        self._close_run(out)
+        if self.prefix is not None:
+            _prefix_turn(out, conv.thinking and not _prefix_closes(self.count, conv), self.prefix)
+            return
+        out.special(Special.ASSISTANT)
+        out.special(Special.THINK_START if conv.thinking else Special.THINK_END)
+        if conv.tool_choice == "required" and conv.tools:
+            out.text("\n\n<")
+            out.special(Special.DSML)
+            out.text(" calls>\n")
+
+    def _close_run(self, out: _Builder) -> None:
+        if self.run:
+            _user_block(out, list(self.run), self.last_calls)
+            self.run = ()
 
 
 def prefix_closes_reasoning(conv: Conversation) -> bool:
@@ -165,8 +239,11 @@ def prefix_closes_reasoning(conv: Conversation) -> bool:
     The official renderer does this when the continued turn is the only message and the first
     block holds nothing but the effort line (no system text, tools or JSON format).
     """
-    json_format = conv.response_format in ("json_object", "json_schema")
-    return len(conv.messages) == 1 and not conv.tools and not json_format
+    return _prefix_closes(len(conv.messages), conv)
+
+
+def _prefix_closes(message_count: int, conv: Conversation) -> bool:
+    return message_count == 1 and not conv.tools and conv.response_format not in _JSON_FORMATS
 
 
 def _first_block(out: _Builder, conv: Conversation, system: Message | None) -> None:
@@ -182,7 +259,7 @@ def _first_block(out: _Builder, conv: Conversation, system: Message | None) -> N
         out.template(head)
         out.text(lines)
         out.template(tail)
-    if conv.response_format in ("json_object", "json_schema"):
+    if conv.response_format in _JSON_FORMATS:
         schema = {"type": "json_object"} if conv.response_format == "json_object" else conv.response_schema
         out.text("\n\n" + RESPONSE_FORMAT_SECTION.format(schema=json_text.dumps(schema)))
 

@@ -20,6 +20,7 @@ and duplicate top-level keys in JSON text. `strict: true` tools are rewritten by
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from . import json_text, reasoning
@@ -78,18 +79,71 @@ def request_error(message: str) -> EncodingError:
     return EncodingError(message, status_code=400)
 
 
+@dataclass(frozen=True)
+class RequestSettings:
+    """Everything a request renders besides its messages, validated and converted."""
+
+    thinking: bool
+    reasoning_budget: int | None
+    tools: tuple[ToolDefinition, ...]
+    tool_choice: str
+    response_format: str
+    response_schema: Any
+    response_regex: str | None
+    declares_tools: bool  # the request lists tools (also when tool_choice "none" drops them)
+
+    def conversation(self, messages: tuple[Message, ...] | list[Message] = ()) -> Conversation:
+        return Conversation(
+            messages=tuple(messages),
+            thinking=self.thinking,
+            reasoning_budget=self.reasoning_budget,
+            tools=self.tools,
+            tool_choice=self.tool_choice,  # type: ignore[arg-type]
+            response_format=self.response_format,  # type: ignore[arg-type]
+            response_schema=self.response_schema,
+            response_regex=self.response_regex,
+        )
+
+
 def conversation_from_request(body: Any) -> Conversation:
     """Validate a Chat Completions body (dict, or JSON text) and build its Conversation."""
     body = _as_json_object(body)
     model = expect_str(required(body, "model", "model"), "model")
     raw_messages = expect_list(required(body, "messages", "messages"), "messages")
-    messages = [_typed_message(m, f"messages[{i}]") for i, m in enumerate(raw_messages)]
+    messages = [typed_message(m, i) for i, m in enumerate(raw_messages)]
+    typed = _typed_settings(body)
+    _check_model(model)
+    if not messages:
+        raise request_error("Empty input messages")
+
+    converter = MessageConverter()
+    last = len(messages) - 1
+    conv_messages = [m for i, typed_m in enumerate(messages) if (m := converter.add(typed_m, i, i == last))]
+    converter.finish()
+    settings = _converted_settings(typed)
+    converter.check_settings(settings)
+    return settings.conversation(conv_messages)
+
+
+def request_settings(body: dict[str, Any]) -> RequestSettings:
+    """The settings of a request body (a JSON object; its messages are not looked at)."""
+    model = expect_str(required(body, "model", "model"), "model")
+    typed = _typed_settings(body)
+    _check_model(model)
+    return _converted_settings(typed)
+
+
+def _typed_settings(body: dict[str, Any]) -> tuple[Any, ...]:
+    """The type pass of everything but the messages (and the sampling fields' range checks)."""
     tools = _typed_tools(body.get("tools"))
     choice = _typed_tool_choice(body.get("tool_choice"))
     response = _typed_response_format(body.get("response_format"))
     thinking, budget = _thinking_and_budget(body)
     _check_sampling_fields(body, thinking)
+    return tools, choice, response, thinking, budget, body.get("response_format") is not None
 
+
+def _check_model(model: str) -> None:
     if model not in KNOWN_MODELS:
         raise request_error(
             f"The supported API model names are DeepSeek-V4-Pro, DeepSeek-V4.1-Flash, but you passed {model}."
@@ -99,22 +153,15 @@ def conversation_from_request(body: Any) -> Conversation:
             f"model {model!r} uses the DeepSeek-V4 prompt format, which this renderer does not"
             f" implement; use {MODEL_NAME!r}"
         )
-    if not messages:
-        raise request_error("Empty input messages")
 
-    conv_messages = _convert_messages(messages)
-    has_response_format = body.get("response_format") is not None
+
+def _converted_settings(typed: tuple[Any, ...]) -> RequestSettings:
+    tools, choice, response, thinking, budget, has_response_format = typed
     conv_tools, tool_choice = _convert_tools(tools, choice, thinking, has_response_format)
     response_format, response_schema, response_regex, response_strict = response
     if response_format == "json_schema":
         _check_response_schema(response_schema, strict=response_strict)
-    _check_prefix(conv_messages, tools, response_format)
-    if response_format == "json_object" and not _mentions_json(conv_messages):
-        raise request_error(
-            "Prompt must contain the word 'json' in some form to use 'response_format' of type 'json_object'."
-        )
-    return Conversation(
-        messages=tuple(conv_messages),
+    return RequestSettings(
         thinking=thinking,
         reasoning_budget=budget if thinking else None,
         tools=tuple(conv_tools),
@@ -122,6 +169,7 @@ def conversation_from_request(body: Any) -> Conversation:
         response_format=response_format,
         response_schema=response_schema,
         response_regex=response_regex,
+        declares_tools=bool(tools),
     )
 
 
@@ -165,7 +213,9 @@ def _typed_parts(content: Any, path: str) -> list[dict[str, Any]] | str:
     return parts
 
 
-def _typed_message(message: Any, path: str) -> dict[str, Any]:
+def typed_message(message: Any, index: int) -> dict[str, Any]:
+    """The type pass of `messages[index]`."""
+    path = f"messages[{index}]"
     message = expect_object(message, path)
     role = expect_enum(required(message, "role", path), f"{path}.role", ROLES)
     optional_str(message.get("name"), f"{path}.name")
@@ -384,68 +434,102 @@ def _is_empty_system(parts: list[Part]) -> bool:
     return not parts or (len(parts) == 1 and parts[0] == "")
 
 
-def _convert_messages(messages: list[dict[str, Any]]) -> list[Message]:
-    result: list[Message] = []
-    pending: set[str] = set()  # call ids still waiting for their tool message
-    seen_calls = False
-    for index, message in enumerate(messages):
+@dataclass
+class MessageConverter:
+    """The semantic pass over the messages, one typed message at a time (a copy resumes).
+
+    `pending`: call ids of the last assistant turn still waiting for their tool message;
+    `has_calls` / `mentions_json` / `ends_in_prefix`: what the checks after the last message
+    (`finish`, `check_settings`) need to know about the messages so far.
+    """
+
+    pending: frozenset[str] = frozenset()
+    has_calls: bool = False
+    mentions_json: bool = False
+    ends_in_prefix: bool = False
+
+    def add(self, message: dict[str, Any], index: int, last: bool) -> Message | None:
+        """The converted `messages[index]` (None: an empty system message, dropped)."""
         role, path = message["role"], message["path"]
-        if role != "tool" and pending:
+        if self.ends_in_prefix:
+            raise _prefix_position()
+        if role != "tool" and self.pending:
             raise _insufficient_results()
+        converted: Message | None
         if role == "system":
             parts = _convert_parts(message["content"], path, images_allowed=True)
-            if not _is_empty_system(parts):
-                result.append(SystemMessage(tuple(parts)))
+            converted = None if _is_empty_system(parts) else SystemMessage(tuple(parts))
         elif role == "user":
-            result.append(UserMessage(tuple(_convert_parts(message["content"], path, True))))
+            converted = UserMessage(tuple(_convert_parts(message["content"], path, True)))
         elif role == "latest_reminder":
-            result.append(LatestReminderMessage(message["content"]))
+            converted = LatestReminderMessage(message["content"])
         elif role == "tool":
-            call_id = message["tool_call_id"]
-            if not pending:
-                raise request_error(
-                    "Messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
-                )
-            if call_id not in pending:
-                raise request_error(
-                    "An assistant message with 'tool_calls' must be followed by tool messages"
-                    " responding to each 'tool_call_id', The following tool_call_ids did not have"
-                    f" response messages: {call_id}"
-                )
-            pending.discard(call_id)
-            parts = _convert_parts(message["content"], path, images_allowed=True)
-            result.append(ToolMessage(tuple(parts), tool_call_id=call_id))
+            converted = self._tool_result(message)
         else:
-            content = message["content"]
-            calls = message["tool_calls"]
-            if content is None and not calls:
-                if calls is not None:
-                    raise _empty_calls(index)
-                raise request_error("Invalid assistant message: content or tool_calls must be set")
-            if calls is not None and not calls:
-                raise _empty_calls(index)
-            parts = [] if content is None else _convert_parts(content, path, images_allowed=False)
-            ids = [call.id for call in calls or ()]
-            for call_id in ids:
-                if ids.count(call_id) > 1:
-                    raise request_error(
-                        f"Duplicate value for 'tool_call_id' of {call_id} in message[{index}]"
-                    )
-            if message["prefix"] and index != len(messages) - 1:
-                raise _prefix_position()
-            pending = set(ids)
-            seen_calls = seen_calls or bool(ids)
-            result.append(
-                AssistantMessage(
-                    content="\n\n".join(parts),  # type: ignore[arg-type]
-                    reasoning_content=message["reasoning_content"],
-                    tool_calls=tuple(calls or ()),
-                    prefix=message["prefix"],
-                )
+            converted = self._assistant(message, index, last)
+        if converted is not None and not self.mentions_json:
+            self.mentions_json = _mentions_json(converted)
+        return converted
+
+    def finish(self) -> None:
+        """The check after the last message: every call has its result."""
+        if self.pending:
+            raise _insufficient_results()
+
+    def check_settings(self, settings: RequestSettings) -> None:
+        """The checks of the messages against the request's settings."""
+        if self.ends_in_prefix:
+            if settings.declares_tools or self.has_calls:
+                raise request_error("Function call should not be used with prefix")
+            if settings.response_format == "json_object":
+                raise request_error("response_format json_object should not be used with prefix")
+        if settings.response_format == "json_object" and not self.mentions_json:
+            raise request_error(
+                "Prompt must contain the word 'json' in some form to use 'response_format' of type"
+                " 'json_object'."
             )
-    if pending:
-        raise _insufficient_results()
-    return result
+
+    def _tool_result(self, message: dict[str, Any]) -> ToolMessage:
+        call_id = message["tool_call_id"]
+        if not self.pending:
+            raise request_error(
+                "Messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
+            )
+        if call_id not in self.pending:
+            raise request_error(
+                "An assistant message with 'tool_calls' must be followed by tool messages"
+                " responding to each 'tool_call_id', The following tool_call_ids did not have"
+                f" response messages: {call_id}"
+            )
+        self.pending = self.pending - {call_id}
+        parts = _convert_parts(message["content"], message["path"], images_allowed=True)
+        return ToolMessage(tuple(parts), tool_call_id=call_id)
+
+    def _assistant(self, message: dict[str, Any], index: int, last: bool) -> AssistantMessage:
+        content = message["content"]
+        calls = message["tool_calls"]
+        if content is None and not calls:
+            if calls is not None:
+                raise _empty_calls(index)
+            raise request_error("Invalid assistant message: content or tool_calls must be set")
+        if calls is not None and not calls:
+            raise _empty_calls(index)
+        parts = [] if content is None else _convert_parts(content, message["path"], images_allowed=False)
+        ids = [call.id for call in calls or ()]
+        for call_id in ids:
+            if ids.count(call_id) > 1:
+                raise request_error(f"Duplicate value for 'tool_call_id' of {call_id} in message[{index}]")
+        if message["prefix"] and not last:
+            raise _prefix_position()
+        self.pending = frozenset(ids)
+        self.has_calls = self.has_calls or bool(ids)
+        self.ends_in_prefix = message["prefix"]
+        return AssistantMessage(
+            content="\n\n".join(parts),  # type: ignore[arg-type]
+            reasoning_content=message["reasoning_content"],
+            tool_calls=tuple(calls or ()),
+            prefix=message["prefix"],
+        )
 
 
 def _insufficient_results() -> EncodingError:
@@ -545,23 +629,9 @@ def _check_response_schema(schema: Any, strict: bool) -> None:
         raise request_error(f"Invalid json schema: {problem}")
 
 
-def _check_prefix(messages: list[Message], tools: list[dict[str, Any]], response_format: str) -> None:
-    last = messages[-1] if messages else None
-    if not (isinstance(last, AssistantMessage) and last.prefix):
-        return
-    has_calls = any(isinstance(m, AssistantMessage) and m.tool_calls for m in messages)
-    if tools or has_calls:
-        raise request_error("Function call should not be used with prefix")
-    if response_format == "json_object":
-        raise request_error("response_format json_object should not be used with prefix")
-
-
-def _mentions_json(messages: list[Message]) -> bool:
-    for message in messages:
-        if isinstance(message, (AssistantMessage, LatestReminderMessage)):
-            texts = [message.content]
-        else:
-            texts = [part for part in message.parts if isinstance(part, str)]
-        if any(JSON_WORD.search(text) for text in texts):
-            return True
-    return False
+def _mentions_json(message: Message) -> bool:
+    if isinstance(message, (AssistantMessage, LatestReminderMessage)):
+        texts = [message.content]
+    else:
+        texts = [part for part in message.parts if isinstance(part, str)]
+    return any(JSON_WORD.search(text) for text in texts)
