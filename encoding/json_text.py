@@ -100,7 +100,10 @@ def check_value(value: Any, depth: int = 0) -> None:
             if not isinstance(key, str):
                 raise JsonTextError(f"JSON object keys must be strings, got {type(key).__name__}")
             _check_string(key)
-            check_value(item, depth + 1)
+            if type(item) is str:  # the common leaf, checked without a call per value
+                _check_string(item)
+            else:
+                check_value(item, depth + 1)
         return
     raise JsonTextError(f"{type(value).__name__} is not a JSON value")
 

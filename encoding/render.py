@@ -78,7 +78,7 @@ class RenderedPrompt:
     image_sources: tuple[ImageSource, ...]
 
 
-class _Builder:
+class PromptBuilder:
     """The prompt as pieces, each plain text or one special token (`tokens[i]` is None for text)."""
 
     def __init__(self) -> None:
@@ -150,7 +150,7 @@ class _Builder:
 
 
 def render_conversation(conv: Conversation) -> RenderedPrompt:
-    out = _Builder()
+    out = PromptBuilder()
     writer = PromptWriter(conv)
     for message in conv.messages:
         writer.add(out, message)
@@ -177,7 +177,7 @@ class PromptWriter:
     run: tuple[Message, ...] = ()
     prefix: AssistantMessage | None = None
 
-    def add(self, out: _Builder, message: Message) -> None:
+    def add(self, out: PromptBuilder, message: Message) -> None:
         self.count += 1
         if self.prefix is not None:
             return  # nothing after a continued turn is rendered
@@ -210,7 +210,7 @@ class PromptWriter:
                 self.last_calls = message.tool_calls
         self.after_reminder = isinstance(message, LatestReminderMessage)
 
-    def finish(self, out: _Builder) -> None:
+    def finish(self, out: PromptBuilder) -> None:
         conv = self.conv
         if not self.started:
             out.special(Special.BOS)
@@ -227,7 +227,7 @@ class PromptWriter:
             out.special(Special.DSML)
             out.text(" calls>\n")
 
-    def _close_run(self, out: _Builder) -> None:
+    def _close_run(self, out: PromptBuilder) -> None:
         if self.run:
             _user_block(out, list(self.run), self.last_calls)
             self.run = ()
@@ -246,7 +246,7 @@ def _prefix_closes(message_count: int, conv: Conversation) -> bool:
     return message_count == 1 and not conv.tools and conv.response_format not in _JSON_FORMATS
 
 
-def _first_block(out: _Builder, conv: Conversation, system: Message | None) -> None:
+def _first_block(out: PromptBuilder, conv: Conversation, system: Message | None) -> None:
     out.special(Special.SYSTEM)
     if conv.thinking:
         out.text(EFFORT_LINE.format(n=conv.reasoning_budget) + "\n\n")
@@ -272,7 +272,7 @@ def _tool_line(tool: Any) -> dict[str, Any]:
     }
 
 
-def _user_block(out: _Builder, run: list[Message], last_calls: tuple[ToolCall, ...]) -> None:
+def _user_block(out: PromptBuilder, run: list[Message], last_calls: tuple[ToolCall, ...]) -> None:
     """One <｜User｜> block for a run of user/tool messages, tool results in call order."""
     order = {}
     for position, call in enumerate(last_calls):
@@ -295,7 +295,7 @@ def _user_block(out: _Builder, run: list[Message], last_calls: tuple[ToolCall, .
             out.parts(message.parts)
 
 
-def _assistant_turn(out: _Builder, message: AssistantMessage, keep_reasoning: bool) -> None:
+def _assistant_turn(out: PromptBuilder, message: AssistantMessage, keep_reasoning: bool) -> None:
     out.special(Special.ASSISTANT)
     if keep_reasoning:
         out.special(Special.THINK_START)
@@ -307,7 +307,7 @@ def _assistant_turn(out: _Builder, message: AssistantMessage, keep_reasoning: bo
     out.special(Special.EOS)
 
 
-def _prefix_turn(out: _Builder, thinking: bool, message: AssistantMessage) -> None:
+def _prefix_turn(out: PromptBuilder, thinking: bool, message: AssistantMessage) -> None:
     out.special(Special.ASSISTANT)
     if not thinking:
         out.special(Special.THINK_END)
@@ -320,7 +320,7 @@ def _prefix_turn(out: _Builder, thinking: bool, message: AssistantMessage) -> No
         out.text(message.content)
 
 
-def _tool_calls(out: _Builder, calls: tuple[ToolCall, ...]) -> None:
+def _tool_calls(out: PromptBuilder, calls: tuple[ToolCall, ...]) -> None:
     """The DSML block of a historical turn (ENCODING.md §2.7); names and values are text."""
     out.text("\n\n<")
     out.special(Special.DSML)

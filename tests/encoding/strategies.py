@@ -210,6 +210,34 @@ def tool_round(draw: st.DrawFn, n_ids: list[int]) -> list[dict[str, Any]]:
     return [assistant, *results]
 
 
+def _turn(draw: st.DrawFn, n_ids: list[int]) -> list[dict[str, Any]]:
+    """One step of a conversation: a user, assistant, reminder or system message, or a tool round."""
+    kind = draw(st.sampled_from(["user", "user", "assistant", "tools", "reminder", "system"]))
+    if kind == "user":
+        return [{"role": "user", "content": draw(content())}]
+    if kind == "assistant":
+        message: dict[str, Any] = {"role": "assistant"}
+        message["content"] = draw(st.one_of(texts, content(images=False)))
+        if draw(st.booleans()):
+            message["reasoning_content"] = draw(st.one_of(st.none(), texts))
+        return [message]
+    if kind == "tools":
+        out = draw(tool_round(n_ids))
+        if draw(st.booleans()):
+            out.append({"role": "user", "content": draw(texts)})
+        return out
+    if kind == "reminder":
+        return [{"role": "latest_reminder", "content": draw(texts)} for _ in range(draw(st.integers(1, 2)))]
+    return [{"role": "system", "content": draw(content())}]
+
+
+def _prefix(draw: st.DrawFn) -> dict[str, Any]:
+    prefix: dict[str, Any] = {"role": "assistant", "content": draw(texts), "prefix": True}
+    if draw(st.booleans()):
+        prefix["reasoning_content"] = draw(texts)
+    return prefix
+
+
 @st.composite
 def messages(draw: st.DrawFn) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -217,31 +245,9 @@ def messages(draw: st.DrawFn) -> list[dict[str, Any]]:
         out.append({"role": "system", "content": draw(st.one_of(st.just(""), st.just([]), content()))})
     n_ids = [0]
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["user", "user", "assistant", "tools", "reminder", "system"]))
-        if kind == "user":
-            out.append({"role": "user", "content": draw(content())})
-        elif kind == "assistant":
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": draw(st.one_of(texts, content(images=False))),
-            }
-            if draw(st.booleans()):
-                message["reasoning_content"] = draw(st.one_of(st.none(), texts))
-            out.append(message)
-        elif kind == "tools":
-            out.extend(draw(tool_round(n_ids)))
-            if draw(st.booleans()):
-                out.append({"role": "user", "content": draw(texts)})
-        elif kind == "reminder":
-            for _ in range(draw(st.integers(1, 2))):
-                out.append({"role": "latest_reminder", "content": draw(texts)})
-        else:
-            out.append({"role": "system", "content": draw(content())})
+        out.extend(_turn(draw, n_ids))
     if draw(st.integers(0, 5)) == 0:
-        prefix: dict[str, Any] = {"role": "assistant", "content": draw(texts), "prefix": True}
-        if draw(st.booleans()):
-            prefix["reasoning_content"] = draw(texts)
-        out.append(prefix)
+        out.append(_prefix(draw))
     return out
 
 
@@ -293,3 +299,31 @@ def requests(draw: st.DrawFn) -> Request:
     if draw(st.integers(0, 30)) == 0:
         body["model"] = draw(st.sampled_from(["gpt-4o", "deepseek-v4.1-flash"]))
     return Request(body)
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[Request]:
+    """Requests of one client in order, as an agent sends them: mostly the previous request's
+    messages plus new turns, sometimes with an earlier message edited, the settings changed,
+    the last turns dropped (a retry), the same request again, or a continued final turn."""
+    first = draw(requests())
+    body = dict(first.body)
+    history = list(body.pop("messages"))
+    n_ids = [1000]
+    bodies = [first]
+    for _ in range(draw(st.integers(1, 5))):
+        step = draw(st.sampled_from(["extend"] * 6 + ["edit", "settings", "retry", "again", "continue"]))
+        if step == "extend":
+            history = history + [m for _ in range(draw(st.integers(1, 2))) for m in _turn(draw, n_ids)]
+        elif step == "edit" and history:
+            at = draw(st.integers(0, len(history) - 1))
+            history = [*history[:at], {**history[at], "content": draw(texts)}, *history[at + 1 :]]
+        elif step == "settings":
+            changed = draw(requests())
+            body = {key: value for key, value in changed.body.items() if key != "messages"}
+        elif step == "retry" and len(history) > 1:
+            history = history[: draw(st.integers(1, len(history) - 1))]
+        elif step == "continue":
+            history = [*history, _prefix(draw)]
+        bodies.append(Request({**body, "messages": history}))
+    return bodies
