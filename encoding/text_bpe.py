@@ -75,6 +75,21 @@ _ALTERNATIVES = (
 PIECES = regex.compile(
     rf"{_ALTERNATIVES}|(?:(?!{_ALTERNATIVES})[{_CJK}])+|(?:(?!{_ALTERNATIVES}){_OTHER})+", regex.V1
 )
+# The same restricted to ASCII text, for Python's `re` (several times faster than `regex` with
+# Unicode classes): in ASCII, \p{N} is 0-9, \p{L} is A-Za-z, \p{M} and the CJK ranges are empty,
+# \p{P} and \p{S} are the printable non-alphanumerics, and White_Space (which `\s` means in
+# the pre-tokenizer, not `re`'s \s: no \x1c-\x1f) is \t-\r and the space.
+_ASCII_ALTERNATIVES = (
+    r"[0-9]{1,3}"
+    r'''|[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+'''
+    "|[^\r\n0-9A-Za-z!-/:-@\\[-`{-~]?[A-Za-z]+"
+    "| ?[!-/:-@\\[-`{-~]+[\r\n]*"
+    "|[\t-\r ]*[\r\n]+|[\t-\r ]+(?![^\t-\r 0-9])|[\t-\r ]+"
+)
+ASCII_PIECES = re.compile(rf"{_ASCII_ALTERNATIVES}|(?:(?!{_ASCII_ALTERNATIVES})[\x00-\x7f])+")
+# No piece spans a line break followed by a printable ASCII character (ENCODING.md §1.4), so text
+# can be cut there and its parts split, and encoded, each on its own.
+_CUTS = re.compile("(?<=\n)(?=[!-~])")
 VERIFIED_UNICODE = "14.0.0"  # unicodedata's version the exhaustive test compared (tests/encoding)
 
 SHORT_TEXT = 64  # texts up to this many characters are memoised whole (template fragments)
@@ -128,6 +143,35 @@ def segmentation_is_ours(text: str) -> bool:
     return not any(_unassigned_cp(ord(ch)) for ch in set(_ASTRAL.findall(text)))
 
 
+def parts(text: str) -> list[tuple[str, re.Pattern[str] | regex.Pattern[str] | None]]:
+    """`text` cut into parts that split on their own, adjacent ones of one kind joined, each with
+    the pattern that splits it (None: `tokenizers` must)."""
+    if text.isascii():
+        return [(text, ASCII_PIECES)]
+    found: list[tuple[str, re.Pattern[str] | regex.Pattern[str] | None]] = []
+    run: list[str] = []
+    kind = None
+    for line in _CUTS.split(text):
+        line_kind = ASCII_PIECES if line.isascii() else PIECES if segmentation_is_ours(line) else None
+        if run and line_kind is not kind:
+            found.append(("".join(run), kind))
+            run = []
+        run.append(line)
+        kind = line_kind
+    found.append(("".join(run), kind))
+    return found
+
+
+def pieces(text: str) -> list[str]:
+    """The pre-tokenizer's pieces of `text`, where `parts` has a pattern for all of it."""
+    out: list[str] = []
+    for part, pattern in parts(text):
+        if pattern is None:
+            raise ValueError("text the two regex engines may split differently")
+        out += pattern.findall(part)
+    return out
+
+
 def is_v41_like(tokenizer: Tokenizer) -> bool:
     """Whether `tokenizer` normalizes, pre-tokenizes and runs BPE exactly as V4.1's does."""
     spec = json.loads(tokenizer.to_str())
@@ -158,9 +202,15 @@ class TextEncoder:
         return self._encode(text)
 
     def _encode(self, text: str) -> tuple[int, ...]:
-        if self._fast and segmentation_is_ours(text):
-            return tuple(chain.from_iterable(map(self._piece, PIECES.findall(text))))
-        return tuple(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        if not self._fast:
+            return tuple(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        ids: list[int] = []
+        for part, pattern in parts(text):
+            if pattern is None:
+                ids += self._tokenizer.encode(part, add_special_tokens=False).ids
+            else:
+                ids += chain.from_iterable(map(self._piece, pattern.findall(part)))
+        return tuple(ids)
 
     def _piece_ids(self, piece: str) -> tuple[int, ...]:
         mapped = piece.encode("utf-8").decode("latin-1").translate(_BYTE_LEVEL)

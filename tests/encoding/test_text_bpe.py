@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_ds41.encoding import text_bpe
 from sglang_ds41.encoding.prompt_ids import text_tokenizer
-from sglang_ds41.encoding.text_bpe import PIECES, TextEncoder, segmentation_is_ours
+from sglang_ds41.encoding.text_bpe import TextEncoder, segmentation_is_ours
 from tokenizers import Tokenizer
 
 # Characters the pre-tokenizer treats differently: digits of several scripts, the CJK ranges it
@@ -40,16 +40,20 @@ def hf_pieces(tokenizer: Tokenizer, text: str) -> list[str]:
 
 
 def our_pieces(text: str) -> list[str]:
-    """PIECES' segmentation in the byte-level spelling the pre-tokenizer reports."""
+    """Our segmentation in the byte-level spelling the pre-tokenizer reports."""
     table = text_bpe._BYTE_LEVEL
-    return [p.encode().decode("latin-1").translate(table) for p in PIECES.findall(text)]
+    return [p.encode().decode("latin-1").translate(table) for p in text_bpe.pieces(text)]
 
 
 texts = st.text(alphabet=st.one_of(st.sampled_from(TRICKY), st.characters(codec="utf-8")), max_size=80)
+ascii_texts = st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=80)
+# Lines of ASCII and of other text: the text is cut after line breaks and each part is split by
+# its own pattern.
+lines = st.lists(st.one_of(texts, ascii_texts), min_size=2, max_size=6).map("\n".join)
 
 
-@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
-@given(texts)
+@settings(max_examples=700, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.one_of(texts, lines))
 def test_generated_text_encodes_as_tokenizers_does(hf, ours, text):
     assert list(ours.encode(text)) == hf.encode(text, add_special_tokens=False).ids
     if segmentation_is_ours(text):
