@@ -11,13 +11,14 @@ special tokens are tokenized on their own (§1.3). So the ids written for messag
 prefix of the ids of any request that continues them, and what comes after follows from the
 state of the writer and of the request's checks (`MessageConverter`), both kept with the ids.
 
-The cache is keyed by a hash (BLAKE2b-256) of the request's settings (everything but the
-messages) and of each message, chained, over their exact JSON: a request is given cached ids
-only for a prefix it contains itself, byte for byte. Entries are kept up to `max_bytes`
+The cache is keyed by a hash (SHA-256) of the request's settings (everything but the messages)
+and of each message, chained, over their exact JSON: a request is given cached ids only for a
+prefix it contains itself, byte for byte. Entries are kept up to `max_bytes`
 (counted as an upper bound: 36 bytes per id, the length of the text and image URLs held),
-least recently used first out. Anything else — a request that changes an earlier message or
-its settings, or one never seen — is encoded from the start, and a request the incremental
-path refuses is handed to `render_request`, which raises the error the official renderer gives.
+least recently used first out. A request that changes an earlier message reuses the ids of
+the longest cached prefix it still repeats (an earlier turn that ended before the change); one
+with other settings, or never seen, is encoded from the start; a request the incremental path
+refuses is handed to `render_request`, which raises the error the official renderer gives.
 """
 
 from __future__ import annotations
@@ -44,16 +45,18 @@ DEFAULT_MAX_BYTES = 512 << 20
 BYTES_PER_ID = 36  # a list slot and an int object: an upper bound (ids below 257 share one)
 SETTINGS_ENTRIES = 256
 
-try:  # the server has orjson; any exact JSON serialization keys the cache alike
+try:  # the server has orjson; any JSON serialization keys the cache alike (`_prefix_digests`)
     import orjson
 
-    def _json_bytes(value: Any) -> bytes:
-        return orjson.dumps(value)
+    _json_bytes = orjson.dumps
+    _json_value = orjson.loads
 
 except ImportError:  # pragma: no cover - the client install without orjson
 
     def _json_bytes(value: Any) -> bytes:
         return json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+
+    _json_value = json.loads
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ class IncrementalEncoder:
         messages: list[Any] = body["messages"]
         rest = {key: value for key, value in body.items() if key != "messages"}
         json_text.check_value(rest)
-        key = _json_bytes(rest)
+        key = _exact_json_bytes([rest])[0]
         settings = self._settings_of(key, body)
         digests = _prefix_digests(key, messages)
 
@@ -147,6 +150,7 @@ class IncrementalEncoder:
             out = PromptBuilder()
             last = len(messages) - 1
             for index in range(start, len(messages)):
+                json_text.check_value(messages[index])  # as render_request checks a whole body
                 message = converter.add(typed_message(messages[index], index), index, index == last)
                 if message is not None:
                     writer.add(out, message)
@@ -209,17 +213,30 @@ class IncrementalEncoder:
                 self._bytes -= evicted.nbytes
 
 
+def _exact_json_bytes(values: list[Any]) -> list[bytes]:
+    """Each value's JSON bytes, checked to read back as an equal value: so two values with the
+    same bytes are the same JSON value (NaN is written as null, a tuple as an array; other
+    objects either fail or read back as something else)."""
+    try:
+        serialized = [_json_bytes(value) for value in values]
+        exact = _json_value(b"[" + b",".join(serialized) + b"]") == values
+    except (TypeError, ValueError, RecursionError):  # surrogates, big integers, other objects
+        raise _NotIncremental from None
+    if not exact:
+        raise _NotIncremental
+    return serialized
+
+
 def _prefix_digests(settings_key: bytes, messages: list[Any]) -> list[bytes]:
     """digest[k]: the hash of the settings and messages[..k], chained (module docstring).
 
-    Each message is checked to be a JSON value first (as `render_request` does), so that its
-    serialization is exact: no two different messages give the same bytes.
+    A message that matches a cached one by its exact bytes is the same JSON value, which was
+    checked when that one was encoded; messages past the cached prefix are checked as
+    `render_request` checks them.
     """
-    state = hashlib.blake2b(settings_key, digest_size=32, person=b"ds41-prompt-ids")
+    state = hashlib.sha256(b"ds41-prompt-ids\0" + len(settings_key).to_bytes(8, "little") + settings_key)
     digests = []
-    for message in messages:
-        json_text.check_value(message)
-        data = _json_bytes(message)
+    for data in _exact_json_bytes(messages):
         state.update(len(data).to_bytes(8, "little"))
         state.update(data)
         digests.append(state.copy().digest())

@@ -50,8 +50,8 @@ def _extends(request: Request, earlier: Request | None) -> bool:
 
 
 def check_session(encoder: IncrementalEncoder, session: list[Request]) -> None:
-    """Each request's ids equal the wheel's and its rejections are the wheel's; a request that
-    extends the last one accepted reuses ids."""
+    """Each request's ids equal the wheel's and those of our own encoding from the start, and
+    its rejections are the wheel's; a request that extends the last one accepted reuses ids."""
     accepted = None
     for request in session:
         body = _wire(request)
@@ -64,6 +64,7 @@ def check_session(encoder: IncrementalEncoder, session: list[Request]) -> None:
             continue
         assert not expected.rejected, f"the wheel refuses: {expected.error}"
         assert tuple(got.ids) == expected.ids
+        assert got.ids == encode_prompt(render_request(body))
         assert 0 < got.reused < len(got.ids) if _extends(request, accepted) else got.reused < len(got.ids)
         accepted = request
 
@@ -167,3 +168,27 @@ def test_nothing_may_follow_a_continued_turn():
     longer = {**body, "messages": [*body["messages"], {"role": "user", "content": "again"}]}
     with pytest.raises(EncodingError, match="prefix set true with message which is not final"):
         fresh.encode(longer)
+
+
+@pytest.mark.parametrize(
+    "odd", [float("nan"), float("inf"), ("a",), 2**64], ids=["nan", "inf", "tuple", "big-int"]
+)
+def test_a_message_is_reused_only_for_the_same_json_value(odd):
+    """A value JSON cannot hold, or holds only as another value (NaN written as null, a tuple
+    as an array), never matches the cached message it serializes like: the request is refused
+    or encoded as `render_request` does it."""
+    fresh = IncrementalEncoder()
+    first = agent_turns(rounds=2)[-1]
+    fresh.encode(first)
+    normal = {**first["messages"][-1], "metadata": None if odd != ("a",) else ["a"]}
+    fresh.encode({**first, "messages": [*first["messages"][:-1], normal]})
+    changed = {**first, "messages": [*first["messages"][:-1], {**normal, "metadata": odd}]}
+    try:
+        expected = encode_prompt(render_request(changed))
+    except EncodingError as error:
+        with pytest.raises(EncodingError) as ours:
+            fresh.encode(changed)
+        assert str(ours.value) == str(error)
+        return
+    got = fresh.encode(changed)
+    assert got.ids == expected
