@@ -148,10 +148,9 @@ class IncrementalEncoder:
 
         if start < len(messages):
             out = PromptBuilder()
-            last = len(messages) - 1
             for index in range(start, len(messages)):
                 json_text.check_value(messages[index])  # as render_request checks a whole body
-                message = converter.add(typed_message(messages[index], index), index, index == last)
+                message = converter.add(typed_message(messages[index], index), index)
                 if message is not None:
                     writer.add(out, message)
             if not out.starts_with_special():

@@ -117,8 +117,7 @@ def conversation_from_request(body: Any) -> Conversation:
         raise request_error("Empty input messages")
 
     converter = MessageConverter()
-    last = len(messages) - 1
-    conv_messages = [m for i, typed_m in enumerate(messages) if (m := converter.add(typed_m, i, i == last))]
+    conv_messages = [m for i, typed_m in enumerate(messages) if (m := converter.add(typed_m, i))]
     converter.finish()
     settings = _converted_settings(typed)
     converter.check_settings(settings)
@@ -439,20 +438,21 @@ class MessageConverter:
     """The semantic pass over the messages, one typed message at a time (a copy resumes).
 
     `pending`: call ids of the last assistant turn still waiting for their tool message;
-    `has_calls` / `mentions_json` / `ends_in_prefix`: what the checks after the last message
-    (`finish`, `check_settings`) need to know about the messages so far.
+    `has_calls` / `mentions_json` / `ends_in_prefix` / `prefix_followed`: what the checks after
+    the last message (`finish`, `check_settings`) need to know about the messages so far. As the
+    official renderer does, a continued (prefix) turn is refused only after every message is
+    converted, and only when a message that is not dropped follows it (§2.11, §3).
     """
 
     pending: frozenset[str] = frozenset()
     has_calls: bool = False
     mentions_json: bool = False
     ends_in_prefix: bool = False
+    prefix_followed: bool = False
 
-    def add(self, message: dict[str, Any], index: int, last: bool) -> Message | None:
+    def add(self, message: dict[str, Any], index: int) -> Message | None:
         """The converted `messages[index]` (None: an empty system message, dropped)."""
         role, path = message["role"], message["path"]
-        if self.ends_in_prefix:
-            raise _prefix_position()
         if role != "tool" and self.pending:
             raise _insufficient_results()
         converted: Message | None
@@ -466,15 +466,20 @@ class MessageConverter:
         elif role == "tool":
             converted = self._tool_result(message)
         else:
-            converted = self._assistant(message, index, last)
-        if converted is not None and not self.mentions_json:
-            self.mentions_json = _mentions_json(converted)
+            converted = self._assistant(message, index)
+        if converted is not None:
+            self.prefix_followed = self.prefix_followed or self.ends_in_prefix
+            self.ends_in_prefix = isinstance(converted, AssistantMessage) and converted.prefix
+            self.mentions_json = self.mentions_json or _mentions_json(converted)
         return converted
 
     def finish(self) -> None:
-        """The check after the last message: every call has its result."""
+        """The checks after the last message: every call has its result, and a continued turn
+        is the last message."""
         if self.pending:
             raise _insufficient_results()
+        if self.prefix_followed:
+            raise _prefix_position()
 
     def check_settings(self, settings: RequestSettings) -> None:
         """The checks of the messages against the request's settings."""
@@ -505,7 +510,7 @@ class MessageConverter:
         parts = _convert_parts(message["content"], message["path"], images_allowed=True)
         return ToolMessage(tuple(parts), tool_call_id=call_id)
 
-    def _assistant(self, message: dict[str, Any], index: int, last: bool) -> AssistantMessage:
+    def _assistant(self, message: dict[str, Any], index: int) -> AssistantMessage:
         content = message["content"]
         calls = message["tool_calls"]
         if content is None and not calls:
@@ -519,11 +524,8 @@ class MessageConverter:
         for call_id in ids:
             if ids.count(call_id) > 1:
                 raise request_error(f"Duplicate value for 'tool_call_id' of {call_id} in message[{index}]")
-        if message["prefix"] and not last:
-            raise _prefix_position()
         self.pending = frozenset(ids)
         self.has_calls = self.has_calls or bool(ids)
-        self.ends_in_prefix = message["prefix"]
         return AssistantMessage(
             content="\n\n".join(parts),  # type: ignore[arg-type]
             reasoning_content=message["reasoning_content"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.encoding.oracle import assert_same
+from tests.encoding.oracle import assert_same, ours, wheel
 
 M = "DeepSeek-V4.1-Flash"
 U = {"role": "user", "content": "hi"}
@@ -136,6 +136,14 @@ ACCEPTED = {
     "prefix content": req(
         [U, {"role": "assistant", "content": "Sure", "prefix": True}], thinking={"type": "disabled"}
     ),
+    "prefix followed by dropped system messages": req(
+        [
+            U,
+            {"role": "assistant", "content": "x", "prefix": True},
+            {"role": "system", "content": ""},
+            {"role": "system", "content": [{"type": "text", "text": ""}]},
+        ]
+    ),
     "special spellings as text": req(
         [
             {
@@ -202,3 +210,23 @@ def test_edge_case_renders_like_the_official_renderer(body: object) -> None:
 @pytest.mark.parametrize("body", REJECTED.values(), ids=REJECTED.keys())
 def test_edge_case_is_rejected_like_the_official_renderer(body: object) -> None:
     assert assert_same(body).rejected
+
+
+PREFIX = {"role": "assistant", "content": "x", "prefix": True}
+# The position of a continued turn is checked after every message is converted (§2.11, §3).
+CHECK_ORDER = {
+    "prefix, an unanswered call": req([U, PREFIX, calls(call("a", "{}"))]),
+    "prefix, an orphan result": req([U, PREFIX, result("a")]),
+    "prefix, duplicate call ids": req([U, PREFIX, calls(call("a", "{}"), call("a", "{}")), result("a")]),
+    "prefix, an image in an assistant turn": req(
+        [U, PREFIX, {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]
+    ),
+    "prefix, an answered call": req([U, PREFIX, calls(call("a", "{}")), result("a")]),
+}
+
+
+@pytest.mark.parametrize("body", CHECK_ORDER.values(), ids=CHECK_ORDER.keys())
+def test_the_first_error_is_the_official_renderers(body: object) -> None:
+    expected, got = wheel(body), ours(body)
+    assert expected.rejected and got.rejected
+    assert got.error == expected.error
