@@ -5,9 +5,9 @@ conversations, thinking on and off, images, JSON formats) in the same run. Repor
 and prompt tokens/s for rendering alone and for rendering + token ids, the ratio ours/recipe,
 and where our time goes (validation, rendering, tokenization) from a cProfile pass.
 
-    .venv/bin/python benchmarks/encoding.py [--requests 400] [--repeats 3]
+    .venv/bin/python benchmarks/encoding.py [--requests 400] [--repeats 3] [--out PATH]
 
-Writes benchmarks/results/encoding.json and prints a short table.
+Writes JSON (benchmarks/results/encoding.json, or --out) and prints a short table.
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS / "encoding.json")
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
@@ -189,8 +190,8 @@ def main() -> None:
         },
         "ours_stage_share": {k: (v / profiled_total if v else None) for k, v in stages.items()},
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "encoding.json").write_text(json.dumps(result, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
 
     print(f"{n} requests, {total_tokens} prompt tokens\n")
     print("| pipeline | ours req/s | recipe req/s | ours time / recipe time |")
