@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "request sets thinking_token_budget (docs/ENCODING.md §4.4)",
     )
     parser.add_argument(
+        "--no-incremental-encoding",
+        action="store_true",
+        help="render and tokenize every V4.1 prompt with upstream's deepseek-recipe adapter instead of "
+        "the plugin's incremental encoder, which reuses the ids of the history a request repeats "
+        "(the same ids; docs/ENCODING.md §10.3)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print the engine, the exact command and its environment, and exit without starting it",
@@ -120,7 +127,13 @@ def run(args: argparse.Namespace) -> int:
         model_dir = Path(given)
     what = serve.validate_checkpoint(model_dir)
     budget = args.thinking_token_budget
-    launch = serve.build_launch(model_dir, rest, gpu=not cpu, thinking_token_budget=budget)
+    launch = serve.build_launch(
+        model_dir,
+        rest,
+        gpu=not cpu,
+        thinking_token_budget=budget,
+        incremental_encoding=not args.no_incremental_encoding,
+    )
     if args.dry_run:
         print(f"# checkpoint: {model_dir} ({what})\n{serve.describe(launch)}")
         return 0

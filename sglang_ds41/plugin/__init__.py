@@ -10,8 +10,9 @@ hooks for two jobs, one sub-package each:
   which serves MXFP4 and NVFP4 tables (and FP8 ones unchanged);
 * `serving/` (AROUND): a V4.1 server's OpenAI surface -- chat, the Responses API, the text
   endpoints -- reads the model's output with our token-aware parser (malformed calls never come
-  as `tool_calls`), decides thinking once per request, enforces its thinking token budget and
-  compiles tool-call grammars token-exact; each hook acts only for V4.1.
+  as `tool_calls`), decides thinking once per request, enforces its thinking token budget,
+  compiles tool-call grammars token-exact and encodes prompts incrementally; each hook acts
+  only for V4.1.
 
 `upstream.py` is what both rely on: the check, at import, that the installed SGLang is the
 0.5.23 they were written against. Nothing else of upstream is swapped; SGLang serves every

@@ -6,7 +6,8 @@ its methods for 4-bit tables; it calls upstream's private helpers (`_HostTable`,
 deepseek-recipe chat adapter's parsing and streaming, the chat response builder, request
 conversion: `parsers.py`, `thinking.py`; the Responses API's output: `responses.py`), the
 xgrammar backend's structural-tag compile (`grammar_compile.py`) and the scheduler's grammar
-set-up, whose reasoning grammar object counts and ends the reasoning (`thinking_budget.py`).
+set-up, whose reasoning grammar object counts and ends the reasoning (`thinking_budget.py`), and
+the deepseek-recipe renderer's encode (`prompt_encoding.py`).
 A different SGLang could rename them, change what they take, or change what the overridden or
 wrapped methods do (a new storage mode our override would not know, another place the
 thinking mode is read). So at import the plugin checks three things against SGLang 0.5.23
@@ -35,6 +36,7 @@ RECIPE_ADAPTER = "sglang.srt.entrypoints.openai.serving_deepseek_recipe.DeepSeek
 RESPONSES = "sglang.srt.entrypoints.openai.serving_responses"
 GRAMMAR_MANAGER = "sglang.srt.constrained.grammar_manager.GrammarManager"
 REASONER = "sglang.srt.constrained.reasoner_grammar_backend"
+RENDERER = "sglang.srt.parser.deepseek_recipe_renderer"
 
 # symbol -> str(inspect.signature(symbol)) in SGLang 0.5.23
 SIGNATURES: Mapping[str, str] = {
@@ -163,6 +165,14 @@ SIGNATURES: Mapping[str, str] = {
     f"{XGRAMMAR_BACKEND}._from_context": "(self, ctx: xgrammar.compiler.CompiledGrammar, key_string: str, "
     "grammar_stats: sglang.srt.constrained.base_grammar_backend.GrammarStats) -> "
     "sglang.srt.constrained.xgrammar_backend.XGrammarGrammar",
+    # Incremental V4.1 prompt encoding (plugin/serving/prompt_encoding.py).
+    f"{RENDERER}.DeepSeekRecipe.encode": "(self, body: 'dict[str, Any]', *, task: 'Optional[str]' = None, "
+    "effort_budget: 'Optional[int]' = None, image_urls: 'Optional[list[str]]' = None) -> 'list[int]'",
+    f"{RENDERER}.DeepSeekRecipe._replace_effort_budget": "(self, prompt_ids: 'list[int]', budget: 'int') -> "
+    "'list[int]'",
+    f"{RENDERER}.DeepSeekRecipe._attach_task": "(self, prompt_ids: 'list[int]', task: 'str', "
+    "thinking: 'bool') -> 'list[int]'",
+    f"{RENDERER}.pre_normalize": "(body: 'dict[str, Any]') -> 'dict[str, Any]'",
 }
 
 # method -> first 16 hex digits of sha256(inspect.getsource(method)) in SGLang 0.5.23
@@ -211,6 +221,10 @@ SOURCE_DIGESTS: Mapping[str, str] = {
     f"{REASONER}.ReasonerGrammarObject.fill_vocab_mask": "4f2d5be14afb6cfb",
     f"{REASONER}.ReasonerGrammarObject.transfer_state": "f9e3a320ec2551f3",
     f"{REASONER}.ReasonerGrammarObject.rollback_state": "095a9366e0819f4d",
+    # plugin/serving/prompt_encoding.py re-implements encode (its rendering), and pre_normalize's
+    # rules for messages.
+    f"{RENDERER}.DeepSeekRecipe.encode": "11a3ccf23045f1d1",
+    f"{RENDERER}.pre_normalize": "5593160d09577c1d",
     # plugin/serving/text_endpoints.py re-implements these.
     f"{RECIPE_ADAPTER}.separate_reasoning_text": "c6962c58857ba40c",
     f"{RECIPE_ADAPTER}.parse_function_call_text": "e930b84beb9ae0fb",

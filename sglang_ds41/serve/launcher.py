@@ -49,6 +49,7 @@ from sglang_ds41.cache import cache_dir
 from sglang_ds41.encoding.reasoning import THINKING_TOKEN_BUDGET_ENV
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.install import SGLANG_VERSION
+from sglang_ds41.plugin.serving.prompt_encoding import SWITCH_ENV as INCREMENTAL_ENCODING_ENV
 
 SERVED_MODEL_NAME = "DeepSeek-V4.1-Flash"  # what `render` and DeepSeek's API call the model
 CPU_DTYPE = "float32"  # `sglang-ds41 generate`'s default, so both give the same greedy tokens
@@ -320,9 +321,12 @@ def build_launch(
     python: str = sys.executable,
     cpus: Sequence[int] | None = None,
     thinking_token_budget: int | None = None,
+    incremental_encoding: bool = True,
 ) -> Launch:
     """The server command and environment for `model_dir`; `gpu=None` looks for a GPU (`has_gpu`);
-    `thinking_token_budget` is the server's default (`plugin/serving/thinking.py` reads it per request).
+    `thinking_token_budget` is the server's default (`plugin/serving/thinking.py` reads it per request);
+    `incremental_encoding=False` turns the plugin's incremental prompt encoder off
+    (`plugin/serving/prompt_encoding.py`).
 
     The engine follows the device: on a GPU upstream SGLang's own V4.1 model (our plugin adds
     the MXFP4 Engram tables; SGLang loads it through its entry point), on the CPU (no GPU, or
@@ -361,6 +365,8 @@ def build_launch(
                 f"filter; --grammar-backend {backend} has none"
             )
         env[THINKING_TOKEN_BUDGET_ENV] = str(thinking_token_budget)
+    if not incremental_encoding:
+        env[INCREMENTAL_ENCODING_ENV] = "0"
     if cpu:
         refuse_unsupported(user)
         defaults, own_env = _own_backend(defaults, user, cpus)

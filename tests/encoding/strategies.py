@@ -301,16 +301,52 @@ def requests(draw: st.DrawFn) -> Request:
     return Request(body)
 
 
+AGENT_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} tool",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        },
+    }
+    for name in ("get_weather", "search")
+]
+
+
+@st.composite
+def agent_settings(draw: st.DrawFn) -> dict[str, Any]:
+    """What an agent sends besides its messages: valid, as a working client's requests are."""
+    body: dict[str, Any] = {"model": MODEL}
+    thinking = draw(st.sampled_from([None, "enabled", "disabled"]))
+    if thinking:
+        body["thinking"] = {"type": thinking}
+    effort = draw(st.sampled_from([None, "low", "high", "max"]))
+    if effort and thinking != "disabled":
+        body["reasoning_effort"] = effort
+    if draw(st.integers(0, 3)):
+        body["tools"] = AGENT_TOOLS[: draw(st.integers(1, 2))]
+        choice = draw(st.sampled_from([None, "auto", "none"]))
+        if choice:
+            body["tool_choice"] = choice
+    if draw(st.integers(0, 5)) == 0:
+        body["response_format"] = {"type": "text"}
+    return body
+
+
 @st.composite
 def sessions(draw: st.DrawFn) -> list[Request]:
     """Requests of one client in order, as an agent sends them: mostly the previous request's
     messages plus new turns, sometimes with an earlier message edited, the settings changed,
-    the last turns dropped (a retry), the same request again, or a continued final turn."""
-    first = draw(requests())
-    body = dict(first.body)
-    history = list(body.pop("messages"))
+    the last turns dropped (a retry), the same request again, or once a continued final turn. The
+    settings are mostly an agent's (valid), sometimes any generated request's."""
+    if draw(st.integers(0, 4)):
+        body = draw(agent_settings())
+    else:
+        body = {key: value for key, value in draw(requests()).body.items() if key != "messages"}
+    history = draw(messages())
     n_ids = [1000]
-    bodies = [first]
+    bodies = [Request({**body, "messages": history})]
     for _ in range(draw(st.integers(1, 5))):
         step = draw(st.sampled_from(["extend"] * 6 + ["edit", "settings", "retry", "again", "continue"]))
         if step == "extend":
@@ -319,11 +355,11 @@ def sessions(draw: st.DrawFn) -> list[Request]:
             at = draw(st.integers(0, len(history) - 1))
             history = [*history[:at], {**history[at], "content": draw(texts)}, *history[at + 1 :]]
         elif step == "settings":
-            changed = draw(requests())
-            body = {key: value for key, value in changed.body.items() if key != "messages"}
+            body = draw(agent_settings())
         elif step == "retry" and len(history) > 1:
             history = history[: draw(st.integers(1, len(history) - 1))]
-        elif step == "continue":
-            history = [*history, _prefix(draw)]
+        elif step == "continue":  # this request only: continue_final_message is per request
+            bodies.append(Request({**body, "messages": [*history, _prefix(draw)]}))
+            continue
         bodies.append(Request({**body, "messages": history}))
     return bodies

@@ -72,6 +72,15 @@ def test_the_server_thinking_token_budget_goes_to_the_plugin_s_variable(scripted
     assert "SGLANG_DS41_THINKING_TOKEN_BUDGET" not in launched[1][0].env
 
 
+def test_the_incremental_encoder_is_on_unless_turned_off(scripted, launched):
+    assert cli.main(["serve", str(scripted), "--port", "31006"]) == 0
+    assert "SGLANG_DS41_INCREMENTAL_ENCODING" not in launched[0][0].env
+    assert cli.main(["serve", str(scripted), "--port", "31006", "--no-incremental-encoding"]) == 0
+    launch = launched[1][0]
+    assert launch.env["SGLANG_DS41_INCREMENTAL_ENCODING"] == "0"
+    assert "--no-incremental-encoding" not in launch.argv  # ours, not SGLang's
+
+
 MUST = "--thinking-token-budget must be an integer of at least 1, got"
 
 

@@ -14,6 +14,8 @@ the V4.1 parsers, or tags of V4.1 calls on the V4.1 vocabulary):
   each request's `thinking_token_budget` (or the server default) for the scheduler;
 * `thinking_budget.py` (in the scheduler): that budget enforced through SGLang's reasoning
   grammar object, which forces `</think>` when it is spent;
+* `prompt_encoding.py`: a prompt is encoded incrementally, reusing the ids of an earlier
+  request whose settings and first messages it repeats (the same ids as upstream's);
 * `grammar_compile.py`: the grammar of a V4.1 tool choice is compiled token-exact, its DSML
   tags the DSML token (`call_grammar.py`), so a constrained call is always one our parser reads
   as a call.
@@ -32,6 +34,7 @@ def hooks() -> dict[str, Callable]:
     from sglang_ds41.plugin.serving import (
         grammar_compile,
         parsers,
+        prompt_encoding,
         responses,
         text_endpoints,
         thinking,
@@ -39,6 +42,14 @@ def hooks() -> dict[str, Callable]:
     )
 
     out: dict[str, Callable] = {}
-    for module in (thinking, thinking_budget, parsers, responses, text_endpoints, grammar_compile):
+    for module in (
+        thinking,
+        thinking_budget,
+        parsers,
+        responses,
+        text_endpoints,
+        grammar_compile,
+        prompt_encoding,
+    ):
         out.update(module.HOOKS)
     return out

@@ -1,0 +1,63 @@
+"""A real server (`sglang-ds41 serve --scripted`, our CPU engine) encodes an agent's growing history
+through the plugin's incremental encoder, and every turn's prompt ids are the official
+renderer's (deepseek-recipe) for the same request."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from sglang_ds41.encoding.incremental import DEFAULT_MAX_BYTES
+
+from sglang_ds41.plugin.serving import prompt_encoding
+from tests.encoding.oracle import wheel
+
+from .requests import WEATHER_TOOL
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def client(scripted_server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=scripted_server.openai_url, api_key="unused", timeout=120, max_retries=0)
+
+
+def official_ids(messages: list[dict], **extra) -> list[int]:
+    body = {"model": "DeepSeek-V4.1-Flash", "messages": messages, "tools": [WEATHER_TOOL], **extra}
+    return list(wheel(body).ids)
+
+
+def served_prompt_ids(client: openai.OpenAI, messages: list[dict], **extra) -> list[int]:
+    completion = client.chat.completions.create(
+        model="default",
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        max_tokens=1,
+        extra_body={"return_prompt_token_ids": True, **extra},
+    )
+    return completion.choices[0].model_extra["prompt_token_ids"]
+
+
+@pytest.mark.parametrize("thinking", [None, {"type": "disabled"}], ids=["thinking", "no-thinking"])
+def test_each_turn_of_an_agent_loop_gets_the_official_ids(client, thinking):
+    extra = {} if thinking is None else {"thinking": thinking}
+    messages: list[dict] = [
+        {"role": "system", "content": "You answer weather questions with the tool."},
+        {"role": "user", "content": "Weather in Paris, then in Oslo, then in Lima?"},
+    ]
+    for n, city in enumerate(["Paris", "Oslo", "Lima", "Paris"]):
+        assert served_prompt_ids(client, messages, **extra) == official_ids(messages, **extra), f"turn {n}"
+        function = {"name": "get_weather", "arguments": json.dumps({"city": city, "unit": "c"})}
+        call = {"id": f"call_{n}", "type": "function", "function": function}
+        reply = {"role": "assistant", "content": "", "reasoning_content": f"{city}?", "tool_calls": [call]}
+        result = {"role": "tool", "tool_call_id": f"call_{n}", "content": json.dumps({"temp_c": 10 + n})}
+        messages = [*messages, reply, result]
+    # A client that edits an earlier turn is encoded from the start, and still exactly.
+    messages[3] = {**messages[3], "content": '{"temp_c": 30}'}
+    assert served_prompt_ids(client, messages, **extra) == official_ids(messages, **extra)
+
+
+def test_the_server_says_its_prompts_are_encoded_incrementally(scripted_server):
+    ready = prompt_encoding.READY % (DEFAULT_MAX_BYTES >> 20, prompt_encoding.SWITCH_ENV)
+    assert ready in scripted_server.log_path.read_text()
