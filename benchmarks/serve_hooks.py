@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from sglang_ds41.encoding.special_tokens import Special
@@ -39,33 +38,6 @@ from sglang_ds41.checkpoint import scripted
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "serve_hooks.json"
 _CALL_ID = re.compile(r"call_[0-9a-f]{24}")
-
-
-def adapter():
-    """The V4.1 chat adapter as `OpenAIServingChat` builds it (its hooks bound to a stand-in
-    handler carrying the fields they read)."""
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import ChatOutputHooks
-    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
-    from sglang.srt.entrypoints.openai.serving_deepseek_recipe import DeepSeekRecipeChatEncodingAdapter
-    from transformers import PreTrainedTokenizerFast
-
-    from sglang_ds41.assets import TOKENIZER_DIR
-
-    handler = SimpleNamespace(tool_call_parser="deepseekv41")
-    hooks = ChatOutputHooks(
-        thinking_requested=lambda request: OpenAIServingChat._thinking_requested(handler, request),
-        tool_call_parsing_active=lambda request: bool(request.tools) and request.tool_choice != "none",
-        history_tool_calls_count=lambda r: OpenAIServingChat._get_history_tool_calls_cnt(handler, r),
-        tool_call_id=lambda item, count: OpenAIServingChat._process_tool_call_id(handler, item, count),
-    )
-    return DeepSeekRecipeChatEncodingAdapter(
-        chat_encoding_spec="dsv41",
-        tokenizer=PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR)),
-        reasoning_parser="deepseek-v41",
-        tool_call_parser="deepseekv41",
-        chat_hooks=hooks,
-        default_chat_template_kwargs=None,
-    )
 
 
 def request(history_calls: int):
@@ -137,6 +109,8 @@ def measure(args: argparse.Namespace) -> dict:
     from sglang.srt.plugins import load_plugins
     from sglang.srt.runtime_context import get_context
 
+    from sglang_ds41.serve.chat_adapter import recipe_chat_adapter
+
     load_plugins()
     hooked = DeepSeekRecipeChatEncodingAdapter.stream_chat_chunks
     upstream = hooked.__wrapped__
@@ -144,7 +118,7 @@ def measure(args: argparse.Namespace) -> dict:
     if args.baseline:
         old = baseline_hook(args.baseline)
         methods["baseline"] = lambda self, **kw: old(upstream, self, **kw)
-    obj = adapter()
+    obj = recipe_chat_adapter()
     rows = []
     with get_context().override_server_args(model_path=str(ROOT), incremental_streaming_output=True):
         for history in (0, 200):

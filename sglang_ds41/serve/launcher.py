@@ -49,7 +49,7 @@ from sglang_ds41.cache import cache_dir
 from sglang_ds41.encoding.reasoning import THINKING_TOKEN_BUDGET_ENV
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.install import SGLANG_VERSION
-from sglang_ds41.plugin.serving.prompt_encoding import SWITCH_ENV as INCREMENTAL_ENCODING_ENV
+from sglang_ds41.plugin.serving import prompt_encoding
 
 SERVED_MODEL_NAME = "DeepSeek-V4.1-Flash"  # what `render` and DeepSeek's API call the model
 CPU_DTYPE = "float32"  # `sglang-ds41 generate`'s default, so both give the same greedy tokens
@@ -365,8 +365,10 @@ def build_launch(
                 f"filter; --grammar-backend {backend} has none"
             )
         env[THINKING_TOKEN_BUDGET_ENV] = str(thinking_token_budget)
-    if not incremental_encoding:
-        env[INCREMENTAL_ENCODING_ENV] = "0"
+    if incremental_encoding:
+        prompt_encoding.check_environment(os.environ)  # a bad value stops here, not at a request
+    else:
+        env[prompt_encoding.SWITCH_ENV] = "0"
     if cpu:
         refuse_unsupported(user)
         defaults, own_env = _own_backend(defaults, user, cpus)

@@ -11,36 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_ds41.errors import Ds41Error
 from sglang_ds41.plugin.serving import prompt_encoding
 from tests.encoding.strategies import Request, requests, sessions
 
 EFFORTS = [None, None, None, "low", "max", 0.3, 42, 100, "none"]
 TASKS = [None] * 12 + ["action", "query", "domain"]
 MODEL = "DeepSeek-V4.1-Flash"
-
-
-def recipe_adapter(tokenizer):
-    """The V4.1 chat adapter as `OpenAIServingChat` builds it (its hooks bound to a stand-in
-    handler carrying the fields they read) for `tokenizer` (a `PreTrainedTokenizerFast`)."""
-    from sglang.srt.entrypoints.openai.chat_encoding_adapters import ChatOutputHooks
-    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
-    from sglang.srt.entrypoints.openai.serving_deepseek_recipe import DeepSeekRecipeChatEncodingAdapter
-
-    handler = SimpleNamespace(tool_call_parser="deepseekv41")
-    hooks = ChatOutputHooks(
-        thinking_requested=lambda request: OpenAIServingChat._thinking_requested(handler, request),
-        tool_call_parsing_active=lambda request: bool(request.tools) and request.tool_choice != "none",
-        history_tool_calls_count=lambda r: OpenAIServingChat._get_history_tool_calls_cnt(handler, r),
-        tool_call_id=lambda item, count: OpenAIServingChat._process_tool_call_id(handler, item, count),
-    )
-    return DeepSeekRecipeChatEncodingAdapter(
-        chat_encoding_spec="dsv41",
-        tokenizer=tokenizer,
-        reasoning_parser="deepseek-v41",
-        tool_call_parser="deepseekv41",
-        chat_hooks=hooks,
-        default_chat_template_kwargs=None,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +27,11 @@ def adapters():
     from transformers import PreTrainedTokenizerFast
 
     from sglang_ds41.assets import TOKENIZER_DIR
+    from sglang_ds41.serve.chat_adapter import recipe_chat_adapter
 
     load_plugins()
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR))
-    ours, upstream = recipe_adapter(tokenizer), recipe_adapter(tokenizer)
+    ours, upstream = recipe_chat_adapter(tokenizer), recipe_chat_adapter(tokenizer)
     assert prompt_encoding.encoder_of(ours.deepseek_recipe) is not None
     prompt_encoding._ENCODERS[upstream.deepseek_recipe] = None  # upstream's own encode
     return ours, upstream
@@ -173,12 +151,19 @@ def test_recipe_request_is_upstreams_pre_normalize(request, thinking, continue_f
 
 def test_the_switch_and_the_cache_size():
     assert prompt_encoding.switched_on({})
+    assert prompt_encoding.switched_on({prompt_encoding.SWITCH_ENV: "1"})
     assert not prompt_encoding.switched_on({prompt_encoding.SWITCH_ENV: "0"})
     assert not prompt_encoding.switched_on({prompt_encoding.SWITCH_ENV: "off"})
     assert prompt_encoding.cache_bytes({prompt_encoding.CACHE_ENV: "64"}) == 64 << 20
-    assert prompt_encoding.cache_bytes({}) > 0
-    with pytest.raises(Exception, match="SGLANG_DS41_PROMPT_CACHE_MIB='lots'"):
-        prompt_encoding.cache_bytes({prompt_encoding.CACHE_ENV: "lots"})
+    assert prompt_encoding.cache_bytes({prompt_encoding.CACHE_ENV: "0"}) == 0
+    assert prompt_encoding.cache_bytes({}) == 512 << 20
+    for bad in ("lots", "nan", "inf", "-1"):
+        with pytest.raises(Ds41Error) as error:
+            prompt_encoding.cache_bytes({prompt_encoding.CACHE_ENV: bad})
+        assert str(error.value).startswith(f"SGLANG_DS41_PROMPT_CACHE_MIB={bad!r}: expected a number of MiB")
+    with pytest.raises(Ds41Error) as error:
+        prompt_encoding.switched_on({prompt_encoding.SWITCH_ENV: "2"})
+    assert str(error.value) == "SGLANG_DS41_INCREMENTAL_ENCODING='2': expected 1 (on) or 0 (off)"
 
 
 def test_a_tokenizer_without_the_v41_ids_is_left_to_upstream():

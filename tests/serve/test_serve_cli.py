@@ -81,6 +81,22 @@ def test_the_incremental_encoder_is_on_unless_turned_off(scripted, launched):
     assert "--no-incremental-encoding" not in launch.argv  # ours, not SGLang's
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("SGLANG_DS41_INCREMENTAL_ENCODING", "of", "='of': expected 1 (on) or 0 (off)"),
+        ("SGLANG_DS41_PROMPT_CACHE_MIB", "lots", "='lots': expected a number of MiB >= 0"),
+        ("SGLANG_DS41_PROMPT_CACHE_MIB", "-1", "='-1': expected a number of MiB >= 0"),
+    ],
+)
+def test_a_bad_prompt_encoding_variable_is_refused_by_name(
+    scripted, capsys, launched, monkeypatch, variable, value, message
+):
+    monkeypatch.setenv(variable, value)
+    assert cli.main(["serve", str(scripted), "--port", "31007"]) == 2
+    assert variable + message in capsys.readouterr().err and launched == []
+
+
 MUST = "--thinking-token-budget must be an integer of at least 1, got"
 
 

@@ -17,13 +17,16 @@ own method, which answers with the wheel's error.
 
 `SGLANG_DS41_INCREMENTAL_ENCODING=0` (`sglang-ds41 serve --no-incremental-encoding`) turns the hook
 off; `SGLANG_DS41_PROMPT_CACHE_MIB` caps its cache (default 512; 0: no reuse, every request is
-encoded from the start by our encoder).
+encoded from the start by our encoder). `sglang-ds41 serve` refuses a bad value of either before
+it starts SGLang; a plain `launch_server` logs the error at the first request and leaves
+encoding to upstream (SGLang would drop the whole plugin if its registration raised).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import weakref
 from typing import Any
@@ -31,21 +34,30 @@ from typing import Any
 from sglang_ds41.encoding.errors import EncodingError
 from sglang_ds41.encoding.incremental import DEFAULT_MAX_BYTES, IncrementalEncoder
 from sglang_ds41.encoding.special_tokens import Special
+from sglang_ds41.errors import Ds41Error
 
 RENDERER = "sglang.srt.parser.deepseek_recipe_renderer"
 RECIPE = f"{RENDERER}.DeepSeekRecipe"
 SWITCH_ENV = "SGLANG_DS41_INCREMENTAL_ENCODING"
 CACHE_ENV = "SGLANG_DS41_PROMPT_CACHE_MIB"
+ON = ("1", "true", "on", "yes")
 OFF = ("0", "false", "off", "no")
 V41_MODEL = "DeepSeek-V4.1-Flash"
 READY = "V4.1 prompts are encoded incrementally (prompt id cache up to %d MiB; %s=0 turns this off)"
+UPSTREAM = "V4.1 prompts are encoded by upstream's deepseek-recipe adapter: %s"
 
 logger = logging.getLogger(__name__)
 _ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def switched_on(environ: Any = os.environ) -> bool:
-    return environ.get(SWITCH_ENV, "1").strip().lower() not in OFF
+    raw = environ.get(SWITCH_ENV, "")
+    value = raw.strip().lower()
+    if not value or value in ON:
+        return True
+    if value in OFF:
+        return False
+    raise Ds41Error(f"{SWITCH_ENV}={raw!r}: expected 1 (on) or 0 (off)")
 
 
 def cache_bytes(environ: Any = os.environ) -> int:
@@ -55,10 +67,16 @@ def cache_bytes(environ: Any = os.environ) -> int:
     try:
         mib = float(raw)
     except ValueError:
-        raise EncodingError(f"{CACHE_ENV}={raw!r}: expected a number of MiB (0 turns reuse off)") from None
-    if mib < 0:
-        raise EncodingError(f"{CACHE_ENV}={raw!r}: expected a number of MiB >= 0")
+        mib = math.nan
+    if not math.isfinite(mib) or mib < 0:
+        raise Ds41Error(f"{CACHE_ENV}={raw!r}: expected a number of MiB >= 0 (0 turns reuse off)")
     return int(mib * (1 << 20))
+
+
+def check_environment(environ: Any = os.environ) -> None:
+    """Raise `Ds41Error` naming a bad `SWITCH_ENV` or `CACHE_ENV` value (the launcher's check)."""
+    if switched_on(environ):
+        cache_bytes(environ)
 
 
 def unlike_v41(tokenizer: Any) -> list[str]:
@@ -72,19 +90,30 @@ def unlike_v41(tokenizer: Any) -> list[str]:
 
 def encoder_of(recipe: Any) -> IncrementalEncoder | None:
     """The incremental encoder serving `recipe` (a `DeepSeekRecipe`), built once; None when
-    upstream's own encode serves it (another spec, the switch off, or a tokenizer whose special
-    ids are not V4.1's)."""
+    upstream's own encode serves it (another spec, the switch off or set wrong, or a tokenizer
+    whose special ids are not V4.1's; each said once in the log)."""
     if recipe in _ENCODERS:
         return _ENCODERS[recipe]
-    encoder = None
-    if getattr(recipe, "model", None) == V41_MODEL and switched_on():
-        problems = unlike_v41(recipe.hf_tokenizer)
-        if problems:
-            logger.warning("V4.1 prompts are encoded by upstream: the tokenizer's %s", "; ".join(problems))
-        else:
-            encoder = IncrementalEncoder(recipe.hf_tokenizer, max_bytes=cache_bytes())
-            logger.info(READY, encoder.max_bytes >> 20, SWITCH_ENV)
+    encoder = _v41_encoder(recipe.hf_tokenizer) if getattr(recipe, "model", None) == V41_MODEL else None
     _ENCODERS[recipe] = encoder
+    return encoder
+
+
+def _v41_encoder(tokenizer: Any) -> IncrementalEncoder | None:
+    try:
+        if not switched_on():
+            logger.info(UPSTREAM, f"{SWITCH_ENV} is off")
+            return None
+        max_bytes = cache_bytes()
+    except Ds41Error as error:
+        logger.error(UPSTREAM, error)
+        return None
+    problems = unlike_v41(tokenizer)
+    if problems:
+        logger.warning(UPSTREAM, "the tokenizer's " + "; ".join(problems))
+        return None
+    encoder = IncrementalEncoder(tokenizer, max_bytes=max_bytes)
+    logger.info(READY, encoder.max_bytes >> 20, SWITCH_ENV)
     return encoder
 
 
