@@ -13,12 +13,13 @@ state of the writer and of the request's checks (`MessageConverter`), both kept 
 
 The cache is keyed by a hash (SHA-256) of the request's settings (everything but the messages)
 and of each message, chained, over their exact JSON: a request is given cached ids only for a
-prefix it contains itself, byte for byte. Entries are kept up to `max_bytes`
-(counted as an upper bound: 36 bytes per id, the length of the text and image URLs held),
-least recently used first out. A request that changes an earlier message reuses the ids of
-the longest cached prefix it still repeats (an earlier turn that ended before the change); one
-with other settings, or never seen, is encoded from the start; a request the incremental path
-refuses is handed to `render_request`, which raises the error the official renderer gives.
+prefix it contains itself, byte for byte, and equal as JSON values to the messages the
+checkpoint keeps (read back from those bytes). Entries are kept up to `max_bytes` (ids, values,
+held-back text and image URLs counted as `_store` says), least recently used first out. A
+request that changes an earlier message reuses the ids of the longest cached prefix it still
+repeats (an earlier turn that ended before the change); one with other settings, or never
+seen, is encoded from the start; a request the incremental path refuses is handed to
+`render_request`, which raises the error the official renderer gives.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_BYTES = 512 << 20
 BYTES_PER_ID = 36  # a list slot and an int object: an upper bound (ids below 257 share one)
+# The messages kept as values, per message and per byte of its JSON (measured: about 2 bytes
+# per JSON byte for agent histories, more for many short strings).
+BYTES_PER_MESSAGE = 256
+BYTES_PER_JSON_BYTE = 4
 SETTINGS_ENTRIES = 256
 
 try:  # the server has orjson; any JSON serialization keys the cache alike (`_prefix_digests`)
@@ -75,6 +80,7 @@ class _Checkpoint:
 
     ids: list[int]  # never changed once stored
     images: tuple[ImageSource, ...]
+    messages: list[Any]  # their JSON values, read back from their bytes; never changed
     converter: MessageConverter
     writer: PromptWriter
     nbytes: int
@@ -132,18 +138,22 @@ class IncrementalEncoder:
         messages: list[Any] = body["messages"]
         rest = {key: value for key, value in body.items() if key != "messages"}
         json_text.check_value(rest)
-        key = _exact_json_bytes([rest])[0]
+        key = _exact_json_bytes(rest)
         settings = self._settings_of(key, body)
-        digests = _prefix_digests(key, messages)
+        serialized = _json_bytes_of(messages)
+        digests = _prefix_digests(key, serialized)
 
         start, found = self._longest_prefix(digests)
         if found is None:
             converter, writer = MessageConverter(), PromptWriter(settings.conversation())
             ids: list[int] = []
             images: tuple[ImageSource, ...] = ()
+            values: list[Any] = []
         else:
+            if messages[:start] != found.messages:
+                raise _NotIncremental  # the same bytes, not the same JSON (NaN is written as null)
             converter, writer = copy.copy(found.converter), copy.copy(found.writer)
-            ids, images = found.ids, found.images
+            ids, images, values = found.ids, found.images, found.messages
         reused = len(ids)
 
         if start < len(messages):
@@ -157,7 +167,9 @@ class IncrementalEncoder:
                 raise _NotIncremental  # the writer's contract broken: never reuse across it
             ids = ids + out.ids(self._text.encode)
             images = images + tuple(out.images)
-            self._store(digests[-1], ids, images, converter, writer)
+            values = values + [_json_value(data) for data in serialized[start:]]
+            json_size = sum(map(len, serialized))
+            self._store(digests[-1], ids, images, values, json_size, converter, writer)
 
         converter.finish()
         converter.check_settings(settings)
@@ -194,13 +206,23 @@ class IncrementalEncoder:
         digest: bytes,
         ids: list[int],
         images: tuple[ImageSource, ...],
+        values: list[Any],
+        json_size: int,
         converter: MessageConverter,
         writer: PromptWriter,
     ) -> None:
-        nbytes = BYTES_PER_ID * len(ids) + sum(len(source.url) for source in images) + _held_text(writer)
+        """Keep where encoding stands (copies of the states) within `max_bytes`; `json_size`:
+        the bytes of the messages' JSON."""
+        nbytes = (
+            BYTES_PER_ID * len(ids)
+            + BYTES_PER_MESSAGE * len(values)
+            + BYTES_PER_JSON_BYTE * json_size
+            + sum(len(source.url) for source in images)
+            + _held_text(writer)
+        )
         if nbytes > self.max_bytes:
             return
-        checkpoint = _Checkpoint(ids, images, copy.copy(converter), copy.copy(writer), nbytes)
+        checkpoint = _Checkpoint(ids, images, values, copy.copy(converter), copy.copy(writer), nbytes)
         with self._lock:
             old = self._checkpoints.pop(digest, None)
             if old is not None:
@@ -212,30 +234,34 @@ class IncrementalEncoder:
                 self._bytes -= evicted.nbytes
 
 
-def _exact_json_bytes(values: list[Any]) -> list[bytes]:
-    """Each value's JSON bytes, checked to read back as an equal value: so two values with the
-    same bytes are the same JSON value (NaN is written as null, a tuple as an array; other
-    objects either fail or read back as something else)."""
+def _json_bytes_of(values: list[Any]) -> list[bytes]:
+    """Each value's JSON bytes (a value with none, e.g. a lone surrogate or a 65-bit integer,
+    is not encoded incrementally)."""
     try:
-        serialized = [_json_bytes(value) for value in values]
-        exact = _json_value(b"[" + b",".join(serialized) + b"]") == values
-    except (TypeError, ValueError, RecursionError):  # surrogates, big integers, other objects
+        return [_json_bytes(value) for value in values]
+    except (TypeError, ValueError, RecursionError):
         raise _NotIncremental from None
-    if not exact:
+
+
+def _exact_json_bytes(value: Any) -> bytes:
+    """`value`'s JSON bytes, checked to read back as an equal value: two values with the same
+    bytes are then the same JSON value (NaN is written as null, a tuple as an array)."""
+    data = _json_bytes_of([value])[0]
+    if _json_value(data) != value:
         raise _NotIncremental
-    return serialized
+    return data
 
 
-def _prefix_digests(settings_key: bytes, messages: list[Any]) -> list[bytes]:
+def _prefix_digests(settings_key: bytes, serialized: list[bytes]) -> list[bytes]:
     """digest[k]: the hash of the settings and messages[..k], chained (module docstring).
 
-    A message that matches a cached one by its exact bytes is the same JSON value, which was
-    checked when that one was encoded; messages past the cached prefix are checked as
-    `render_request` checks them.
+    Equal digests mean equal bytes, not equal values: the caller compares a matched prefix with
+    the values its checkpoint read back from those bytes (a message can differ from its JSON,
+    e.g. NaN written as null), and checks messages past it as `render_request` checks them.
     """
     state = hashlib.sha256(b"ds41-prompt-ids\0" + len(settings_key).to_bytes(8, "little") + settings_key)
     digests = []
-    for data in _exact_json_bytes(messages):
+    for data in serialized:
         state.update(len(data).to_bytes(8, "little"))
         state.update(data)
         digests.append(state.copy().digest())
