@@ -15,6 +15,8 @@ Public API (rendering side):
   request the official renderer refuses raises `EncodingError`.
 * `encode_prompt(rendered)` -> token ids (special spans as single ids, text without the added
   vocabulary).
+* `render_completion(message, thinking)` -> what the model writes for an assistant message after
+  the generation header (the targets of training, `sglang_ds41.training`).
 
 Our one request extension: `"reasoning_budget": N` (integer 1-100) puts N in the
 `Reasoning Effort: N (range 1-100, ...)` line instead of the named tier's 50/75/100. It
@@ -29,7 +31,7 @@ from typing import Any
 from .conversation import AssistantMessage, Conversation, ParsingOptions
 from .errors import EncodingError
 from .prompt_ids import prompt_ids
-from .render import RenderedPrompt, prefix_closes_reasoning, render_conversation
+from .render import RenderedPrompt, prefix_closes_reasoning, render_completion, render_conversation
 from .request import conversation_from_request
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "RenderedRequest",
     "encode_prompt",
     "parsing_options",
+    "render_completion",
+    "render_conversation",
     "render_request",
 ]
 

@@ -307,6 +307,22 @@ def _assistant_turn(out: PromptBuilder, message: AssistantMessage, keep_reasonin
     out.special(Special.EOS)
 
 
+def render_completion(message: AssistantMessage, thinking: bool) -> RenderedPrompt:
+    """What the model writes for `message` after the generation header of §2.5 (`<think>` in
+    thinking mode, `</think>` otherwise): the reasoning and `</think>` when thinking, then the
+    content, the DSML calls and EOS. A finished turn in a thinking conversation with tools is
+    rendered as the header followed by exactly this (§2.4), so a history reads as generated."""
+    out = PromptBuilder()
+    if thinking:
+        out.text(message.reasoning_content or "")
+        out.special(Special.THINK_END)
+    out.text(message.content)
+    if message.tool_calls:
+        _tool_calls(out, message.tool_calls)
+    out.special(Special.EOS)
+    return out.build()
+
+
 def _prefix_turn(out: PromptBuilder, thinking: bool, message: AssistantMessage) -> None:
     out.special(Special.ASSISTANT)
     if not thinking:

@@ -7,11 +7,16 @@ optional compression. Each has a storage form (what a quantised cache holds) and
   values ``e2m1_rne(clamp(x / s, -6, 6)) * s``; zero blocks stay zero; 288 B per 512.
 * index keys / queries: E2M1, blocks of 32, ``s = 2**ceil(log2(max(amax, 6 * 2**-126) / 6))``;
   68 B per 128 (same storage layout as MXFP4, different scale rule).
+
+The fake-quant forms pass gradients straight through (`straight_through`), so the model can be
+trained with the quantisers in its forward; their values are unchanged.
 """
 
 from __future__ import annotations
 
 import torch
+
+from sglang_ds41.formats.straight_through import straight_through
 
 from . import e2m1, e8m0
 from .checks import require_float, require_multiple, require_shape
@@ -31,6 +36,7 @@ def quantize_window_fp8(kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantize_fp8_rows(kv, WINDOW_BLOCK, amax_floor=WINDOW_AMAX_FLOOR)
 
 
+@straight_through
 def fake_quant_window_fp8(kv: torch.Tensor) -> torch.Tensor:
     values, scales = quantize_window_fp8(kv)
     return dequantize_fp8_rows(values, scales, WINDOW_BLOCK, dtype=kv.dtype)
@@ -61,6 +67,7 @@ def dequantize_latent_fp4(
     return out.reshape(values.shape).to(dtype)
 
 
+@straight_through
 def fake_quant_latent_fp4(c: torch.Tensor) -> torch.Tensor:
     packed, scales = quantize_latent_fp4(c)
     return dequantize_latent_fp4(packed, scales, dtype=c.dtype)
@@ -78,6 +85,7 @@ def quantize_index_fp4(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return e2m1.pack(codes.reshape(k.shape)), e8m0.encode(exp, ~torch.isfinite(amax))
 
 
+@straight_through
 def fake_quant_index_fp4(k: torch.Tensor) -> torch.Tensor:
     packed, scales = quantize_index_fp4(k)
     return dequantize_mxfp4(packed, scales, dtype=k.dtype)
