@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "parse",
     "engram_plan",
     "make_tiny",
+    "train_tiny",
     "inspect",
     "convert_engram",
     "generate",

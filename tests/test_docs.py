@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-DOCUMENTS = ("MODEL.md", "ENCODING.md", "SGLANG_CPU.md")
+DOCUMENTS = ("MODEL.md", "ENCODING.md", "SGLANG_CPU.md", "TRAINING.md")
 EXTENSIONS = (".py", ".md", ".sh", ".toml")
 SKIP_DIRS = {"__pycache__", "node_modules", "build", "dist"}
 THIS_FILE = Path(__file__).resolve()
@@ -31,7 +31,7 @@ _ITEM_PLAIN = re.sub(r"\?P<\w+>", "?:", _ITEM)  # the same, without group names,
 # a docstring or comment, or follow a Markdown link's closing brackets).
 _GAP = r"[\s#*\"'`)\]]*"
 _NAMED_RE = re.compile(
-    rf"(?<![\w/.-])(?:docs/)?(?P<doc>MODEL|ENCODING|SGLANG_CPU)\.md"
+    rf"(?<![\w/.-])(?:docs/)?(?P<doc>MODEL|ENCODING|SGLANG_CPU|TRAINING)\.md"
     rf"(?:(?P<refs>{_GAP}{_ITEM_PLAIN}(?:\s*(?:,|/|;|and)?[\s#*]*{_ITEM_PLAIN})*)"
     rf"|\s(?P<nosign>\d+\.\d+(?:\.\d+)*)\b)?"  # "ENCODING.md 2.6", without the section sign
 )
@@ -110,7 +110,7 @@ def references(text: str, path: str) -> list[tuple[int, str, str | None]]:
             continue
         line_start = text.rfind("\n", 0, bare.start()) + 1
         before = text[line_start : bare.start()]
-        names = list(re.finditer(r"(?:MODEL|ENCODING|SGLANG_CPU)\.md", before))
+        names = list(re.finditer(r"(?:MODEL|ENCODING|SGLANG_CPU|TRAINING)\.md", before))
         foreign = list(_FOREIGN_RE.finditer(before))
         if foreign and (not names or foreign[-1].start() > names[-1].start()):
             continue

@@ -1,0 +1,294 @@
+"""What the trained tiny model can do, measured on conversations it never saw.
+
+Cases are drawn like the corpus but from the held-out pools (`corpus.pools`: other city and
+person names, made-up words from the other half of the vocabulary pieces, fresh numbers), and
+each assistant turn of a conversation is one case: the request up to that turn, and the turn
+the corpus would have written. Scores, per case kind:
+
+* `call`   — a turn that calls tools: exact match of every call's name and arguments (parsed
+             JSON), in order;
+* `answer` — a final answer after tool results: every value of the expected answer that the
+             conversation supplied (numbers, names) appears in the answer;
+* `json`   — a JSON answer: parses, validates against the request's schema (`valid`), and the
+             fraction of top-level fields equal to the expected ones (`fields`);
+* `short`  — a short answer (a remembered capital, a value read from the prompt) contains the
+             expected value.
+
+`loop` runs the weather-average task end to end (get_weather for each city, calculate, the
+answer) with tools that answer from a table, and counts a success when the final answer holds
+the exact average. `perplexity` is exp of the mean loss over the assistant tokens of held-out
+samples. A `Completer` answers a request: the reference model (`ReferenceCompleter`) or a
+served model through the OpenAI client (`ServerCompleter`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .corpus import tasks as T
+from .corpus.pools import HELD_OUT, Pools
+
+KINDS = ("call", "answer", "json", "short")
+CASE_FAMILIES = ("tool", "weather", "compute", "files", "json", "capital", "copy")
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str
+    family: str
+    body: dict[str, Any]  # the request: every message before the turn to produce
+    expected: dict[str, Any]  # the assistant message the corpus wrote
+
+
+class Completer(Protocol):
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The assistant message (OpenAI form: content, reasoning_content, tool_calls)."""
+        ...
+
+
+def cases(seed: int, per_family: int) -> list[Case]:
+    """Held-out cases: `per_family` conversations of each family, every assistant turn a case."""
+    pools = Pools(HELD_OUT)
+    out: list[Case] = []
+    for family in CASE_FAMILIES:
+        for i in range(per_family):
+            dialogue = T.draw(random.Random(f"eval:{seed}:{family}:{i}"), pools, family)
+            messages = dialogue.body["messages"]
+            for k, message in enumerate(messages):
+                if message["role"] != "assistant":
+                    continue
+                body = {**dialogue.body, "messages": messages[:k]}
+                out.append(Case(_kind(family, message, k, messages), family, body, message))
+    return out
+
+
+def _kind(family: str, message: dict[str, Any], k: int, messages: list[dict[str, Any]]) -> str:
+    if message.get("tool_calls"):
+        return "call"
+    if family == "json":
+        return "json"
+    if any(m["role"] == "tool" for m in messages[:k]):
+        return "answer"
+    return "short"
+
+
+# ---- scoring ----------------------------------------------------------------------------------
+
+
+def calls_of(message: dict[str, Any]) -> list[tuple[str, Any]]:
+    out = []
+    for call in message.get("tool_calls") or []:
+        fn = call["function"]
+        try:
+            arguments = json.loads(fn["arguments"])
+        except (TypeError, ValueError):
+            arguments = fn["arguments"]
+        out.append((fn["name"], arguments))
+    return out
+
+
+_VALUE = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z][\w.@-]*")
+
+
+def supplied_values(case: Case) -> list[str]:
+    """Values of the expected answer that the conversation supplied (numbers and words of the
+    user's text and the tool results): what a correct answer must repeat."""
+    context = " ".join(
+        str(m.get("content") or "") for m in case.body["messages"] if m["role"] in ("user", "tool")
+    )
+    seen = set(_VALUE.findall(context))
+    common = {"the", "is", "in", "a", "of", "and", "to", "at", "for", "on", "it", "I"}
+    return [v for v in _VALUE.findall(case.expected.get("content") or "") if v in seen and v not in common]
+
+
+def score(case: Case, got: dict[str, Any]) -> dict[str, float]:
+    content = (got.get("content") or "").strip()
+    if case.kind == "call":
+        return {"exact": float(calls_of(got) == calls_of(case.expected) and bool(calls_of(got)))}
+    if case.kind == "answer":
+        values = supplied_values(case)
+        return {"facts": float(all(v in content for v in values)) if values else float(bool(content))}
+    if case.kind == "json":
+        return _score_json(case, content)
+    expected = case.expected["content"].strip().rstrip(".")
+    key = expected.split(" is ")[-1].split(" lives in ")[-1].split(" was born on ")[-1]
+    return {"correct": float(key.lower() in content.lower())}
+
+
+def _score_json(case: Case, content: str) -> dict[str, float]:
+    import jsonschema
+
+    expected = json.loads(case.expected["content"])
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return {"valid": 0.0, "fields": 0.0}
+    fmt = case.body.get("response_format", {})
+    schema = (
+        fmt.get("json_schema", {}).get("schema") if fmt.get("type") == "json_schema" else {"type": "object"}
+    )
+    try:
+        jsonschema.validate(value, schema)
+        valid = 1.0
+    except jsonschema.ValidationError:
+        valid = 0.0
+    if not isinstance(value, dict):
+        return {"valid": valid, "fields": 0.0}
+    return {"valid": valid, "fields": sum(value.get(k) == v for k, v in expected.items()) / len(expected)}
+
+
+@dataclass
+class Report:
+    per_case: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, case: Case, got: dict[str, Any], scores: dict[str, float]) -> None:
+        self.per_case.append({"kind": case.kind, "family": case.family, "scores": scores, "got": got})
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, list[float]] = {}
+        for row in self.per_case:
+            for name, value in row["scores"].items():
+                out.setdefault(f"{row['kind']}.{name}", []).append(value)
+        return {k: round(sum(v) / len(v), 4) for k, v in sorted(out.items())} | {"cases": len(self.per_case)}
+
+
+def evaluate(
+    completer: Completer, all_cases: list[Case], progress: Callable[[], None] | None = None
+) -> Report:
+    report = Report()
+    for case in all_cases:
+        got = completer.complete(case.body)
+        report.add(case, got, score(case, got))
+        if progress:
+            progress()
+    return report
+
+
+# ---- the weather-average loop -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoopTask:
+    question: str
+    temperatures: dict[str, float]
+
+    @property
+    def answer(self) -> str:
+        values = [self.temperatures[c] for c in self.temperatures]
+        return repr(T.eval_expression("(" + " + ".join(map(repr, values)) + f") / {len(values)}"))
+
+
+def loop_tasks(seed: int, n: int) -> list[LoopTask]:
+    from .corpus import pools as P
+
+    pools, out = Pools(HELD_OUT), []
+    for i in range(n):
+        rng = random.Random(f"loop:{seed}:{i}")
+        cities = pools.cities(rng, rng.choice((2, 2, 3)))
+        out.append(
+            LoopTask(T._weather_ask(rng, cities, average=True), {c: P.temperature(rng) for c in cities})
+        )
+    return out
+
+
+def run_loop(completer: Completer, task: LoopTask, max_turns: int = 6) -> tuple[bool, list[dict[str, Any]]]:
+    """The runner's protocol with the weather and calculator tools answering from `task`."""
+    from sglang_ds41.agents.tools import result_text
+
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Answer with the tools. Call independent tools in parallel."},
+        {"role": "user", "content": task.question},
+    ]
+    body = {
+        "model": T.MODEL,
+        "messages": messages,
+        "tools": [T.B.GET_WEATHER, T.B.CALCULATE],
+        "reasoning_effort": "low",
+    }
+    for _ in range(max_turns):
+        got = completer.complete(body)
+        messages.append(
+            {k: v for k, v in got.items() if v} | {"role": "assistant", "content": got.get("content") or ""}
+        )
+        calls = got.get("tool_calls") or []
+        if not calls:
+            return task.answer in (got.get("content") or ""), messages
+        for call in calls:
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            try:
+                args = json.loads(arguments)
+                if name == "get_weather":
+                    value: Any = {"city": args["city"], "celsius": task.temperatures[args["city"]]}
+                elif name == "calculate":
+                    value = T.eval_expression(args["expression"])
+                else:
+                    value = f"Error: ValueError: no tool named {name!r}"
+            except Exception as error:  # the model's arguments are untrusted: a wrong one is an error result
+                value = f"Error: {type(error).__name__}: {error}"
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result_text(value)})
+    return False, messages
+
+
+# ---- completers -------------------------------------------------------------------------------
+
+
+class ReferenceCompleter:
+    """The pure-PyTorch reference model, greedy."""
+
+    def __init__(self, model, max_new_tokens: int = 400):
+        self.model, self.max_new_tokens = model, max_new_tokens
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        from sglang_ds41.encoding import encode_prompt, render_request
+        from sglang_ds41.encoding.parse import parse_ids
+        from sglang_ds41.encoding.special_tokens import Special
+        from sglang_ds41.reference.generate import generate
+
+        rendered = render_request(body)
+        ids = generate(self.model, encode_prompt(rendered), self.max_new_tokens, stop_ids=(Special.EOS.id,))
+        finish = "stop" if ids and ids[-1] == Special.EOS.id else "length"
+        message = parse_ids(ids[:-1] if finish == "stop" else ids, rendered.parsing, finish)
+        return message.to_openai()
+
+
+class ServerCompleter:
+    """A served model through the OpenAI client, greedy."""
+
+    def __init__(self, base_url: str, max_tokens: int = 400):
+        import openai
+
+        self.client, self.max_tokens = openai.OpenAI(base_url=base_url, api_key="none"), max_tokens
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        extra = {k: body[k] for k in ("thinking", "reasoning_budget") if k in body}
+        fields = {k: v for k, v in body.items() if k not in extra}
+        reply = self.client.chat.completions.create(
+            **fields, temperature=0, max_tokens=self.max_tokens, extra_body=extra
+        )
+        message = reply.choices[0].message.model_dump(exclude_none=True)
+        return message | {"content": message.get("content") or ""}
+
+
+def perplexity(model, seed: int, n: int) -> float:
+    """exp(mean loss) over the assistant tokens of `n` held-out samples, with the reference."""
+    import torch
+
+    from .corpus.samples import samples
+
+    total, count = 0.0, 0
+    pools = Pools(HELD_OUT)
+    for i in range(n):
+        for s in samples(T.draw(random.Random(f"ppl:{seed}:{i}"), pools)):
+            ids = torch.tensor(s.ids)
+            with torch.no_grad():
+                logits = model(ids, model.new_state()).double()
+            learn = torch.tensor(s.learn[1:])
+            nll = torch.nn.functional.cross_entropy(logits[:-1][learn], ids[1:][learn], reduction="sum")
+            total, count = total + float(nll), count + int(learn.sum())
+    return math.exp(total / max(count, 1))

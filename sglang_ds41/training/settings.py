@@ -1,0 +1,33 @@
+"""A training run's settings (`settings.json` of the run directory); no torch needed to read them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_ds41.config import V41Config
+
+from .config import trained_config
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int = 0
+    steps: int = 1500
+    batch_tokens: int = 4096  # padded tokens per step
+    max_len: int = 1024  # longer samples are skipped (every ratio-1 layer then sees all entries)
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 60
+    weight_decay: float = 0.05
+    clip: float = 1.0
+    bias_rate: float = 1e-3
+    qat_from: float = 0.25  # fraction of the steps after which weights are rounded like the checkpoint
+    copy_first: int = 10000  # conversations drawn from the copy-heavy mix first (corpus.tasks.COPY_FIRST)
+    embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
+    save_every: int = 50
+    text: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of config.TRAINED_TEXT
+
+    def config(self) -> V41Config:
+        return V41Config.from_dict(trained_config(text=self.text), source="training settings")

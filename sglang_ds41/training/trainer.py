@@ -1,0 +1,203 @@
+"""Train the tiny V4.1 on the synthetic corpus: float32, AdamW, reproducible, resumable.
+
+    run = Run.create(run_dir, Settings(...))   # or Run.resume(run_dir)
+    run.train()                                # tqdm bar with the loss; progress.jsonl beside it
+    run.export(out_dir)                        # the official checkpoint layout (`export.py`)
+
+The run directory holds `settings.json`, `state.pt` (model, Engram tables, optimizer, the
+live vocabulary rows, RNG and data positions; written atomically every `save_every` steps and
+at the end) and `progress.jsonl` (one line per step: loss, learning rate, tokens, seconds).
+Everything random comes from the seed: initial values (`init.py`), the rows of new ids
+(`vocab.py`) and the corpus (`data.py`), so a run resumed from any save point ends with the same
+weights as one that was never interrupted.
+
+The router bias is trained the V4.1 way (no auxiliary loss): after every step each layer's
+bias moves by `bias_rate` towards the experts that got fewer tokens than average.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sglang_ds41.assets import TOKENIZER_JSON
+from sglang_ds41.checkpoint.manifest import build_manifest
+from sglang_ds41.engram.hashing import EngramHasher
+from sglang_ds41.errors import Ds41Error
+from sglang_ds41.reference.model import Transformer
+
+from .data import IGNORE, batches
+from .forward import EngramTables, forward_hidden
+from .init import initialise
+from .quant import round_like_checkpoint, set_rounding
+from .settings import Settings
+from .vocab import VocabRows, full_vocab_cross_entropy
+
+SETTINGS_FILE, STATE_FILE, PROGRESS_FILE = "settings.json", "state.pt", "progress.jsonl"
+
+
+class Run:
+    def __init__(self, run_dir: Path, settings: Settings):
+        self.dir, self.settings = run_dir, settings
+        self.config = settings.config()
+        text = self.config.text
+        self.hasher = EngramHasher.for_tokenizer(self.config, TOKENIZER_JSON)
+        generator = torch.Generator().manual_seed(settings.seed)
+        self.model = Transformer(self.config, self.hasher)
+        initialise(self.model, generator)
+        self.tables = EngramTables(
+            tuple(text.engram_layer_ids), tuple(text.engram_num_embeddings), text.engram_head_dim
+        )
+        self.vocab = VocabRows(text.vocab_size, settings.embed_std, generator)
+        round_like_checkpoint(self.model, build_manifest(self.config))
+        self.optimizer = torch.optim.AdamW(self._groups(), lr=settings.lr, betas=(0.9, 0.95), eps=1e-8)
+        self.step, self.position = 0, (0, 0)
+        self._loads: dict[int, torch.Tensor] = {}
+        for block in self.model.layers:
+            block.ffn.gate.register_forward_hook(self._count_load(block.layer))
+
+    # ---- creation ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, run_dir: str | Path, settings: Settings) -> Run:
+        run_dir = Path(run_dir)
+        if (run_dir / STATE_FILE).exists():
+            raise Ds41Error(f"{run_dir} already holds a training run; resume it or choose another directory")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / SETTINGS_FILE).write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
+        return cls(run_dir, settings)
+
+    @classmethod
+    def resume(cls, run_dir: str | Path) -> Run:
+        run_dir = Path(run_dir)
+        try:
+            settings = Settings(**json.loads((run_dir / SETTINGS_FILE).read_text()))
+        except FileNotFoundError:
+            raise Ds41Error(f"{run_dir}: no {SETTINGS_FILE}; not a training run directory") from None
+        run = cls(run_dir, settings)
+        if (run_dir / STATE_FILE).exists():
+            run._load(torch.load(run_dir / STATE_FILE, weights_only=False))
+        return run
+
+    def _groups(self) -> list[dict[str, Any]]:
+        decay, plain = [], []
+        for name, p in self.model.named_parameters():
+            is_matrix = p.ndim == 2 and "embed" not in name and not name.endswith(("q_weight", "k_weight"))
+            (decay if is_matrix else plain).append(p)
+        plain += list(self.tables.parameters())
+        return [
+            {"params": decay, "weight_decay": self.settings.weight_decay},
+            {"params": plain, "weight_decay": 0.0},
+        ]
+
+    # ---- training ---------------------------------------------------------------------------
+
+    def lr_at(self, step: int) -> float:
+        s = self.settings
+        if step < s.warmup:
+            return s.lr * (step + 1) / s.warmup
+        progress = min(1.0, (step - s.warmup) / max(1, s.steps - s.warmup))
+        return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    def train(self, progress_bar: bool = True, until: int | None = None) -> None:
+        """Train to `settings.steps` (or stop after step `until`), saving every `save_every`."""
+        from tqdm import tqdm
+
+        s = self.settings
+        last = s.steps if until is None else min(until, s.steps)
+        stream = batches(
+            s.seed, s.batch_tokens, s.max_len, self.hasher, start=self.position, copy_first=s.copy_first
+        )
+        bar = tqdm(
+            total=s.steps, initial=self.step, disable=not progress_bar, unit="step", dynamic_ncols=True
+        )
+        with open(self.dir / PROGRESS_FILE, "a") as log:
+            while self.step < last:
+                packed = next(stream)
+                started = time.perf_counter()
+                loss, n_tokens = self._step(packed.batch)
+                self.step += 1
+                self.position = (packed.window_start, packed.in_window + 1)
+                record = {
+                    "step": self.step,
+                    "loss": round(loss, 5),
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                    "tokens": n_tokens,
+                    "learnt": int((packed.batch.targets != IGNORE).sum()),
+                    "vocab": int(self.vocab.active.sum()),
+                    "s": round(time.perf_counter() - started, 3),
+                }
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                bar.set_postfix(loss=f"{loss:.3f}", vocab=record["vocab"])
+                bar.update(1)
+                if self.step % s.save_every == 0 or self.step == last:
+                    self.save()
+        bar.close()
+
+    def _step(self, batch) -> tuple[float, int]:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step)
+        rounding = self.step >= self.settings.qat_from * self.settings.steps
+        set_rounding(self.model, rounding)
+        self.tables.rounding = rounding
+        embed = self.model.embed.parametrizations.weight.original
+        self.vocab.activate(embed, batch.ids)
+        hidden = forward_hidden(self.model, self.tables, batch)
+        learn = batch.targets != IGNORE
+        loss = full_vocab_cross_entropy(
+            hidden[learn], self.model.embed.weight, batch.targets[learn], self.vocab.active
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, self.settings.clip)
+        self.optimizer.step()
+        self._update_router_bias()
+        return float(loss.detach()), int(batch.ids.numel())
+
+    def _count_load(self, layer: int):
+        def hook(module, inputs, output) -> None:
+            ids = output[1]
+            counts = torch.bincount(ids.flatten(), minlength=module.bias.numel()).float()
+            self._loads[layer] = self._loads.get(layer, 0) + counts
+
+        return hook
+
+    @torch.no_grad()
+    def _update_router_bias(self) -> None:
+        for block in self.model.layers:
+            load = self._loads.pop(block.layer, None)
+            if load is None:
+                continue
+            bias = block.ffn.gate.bias
+            bias.add_(self.settings.bias_rate * torch.sign(load.mean() - load))
+
+    # ---- state ------------------------------------------------------------------------------
+
+    def save(self) -> None:
+        state = {
+            "step": self.step,
+            "position": self.position,
+            "model": self.model.state_dict(),
+            "tables": self.tables.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "vocab": self.vocab.state_dict(),
+        }
+        tmp = self.dir / (STATE_FILE + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.dir / STATE_FILE)
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.tables.load_state_dict(state["tables"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.vocab.load_state_dict(state["vocab"])
+        self.step, self.position = state["step"], tuple(state["position"])

@@ -1,0 +1,44 @@
+"""Training is reproducible from the seed and a resumed run ends where an uninterrupted one does."""
+
+import json
+
+import pytest
+import torch
+
+from sglang_ds41.errors import Ds41Error
+from sglang_ds41.training.trainer import PROGRESS_FILE, Run, Settings
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SMALL = Settings(
+    seed=3, steps=3, batch_tokens=600, max_len=600, warmup=2, save_every=100,
+    text={"hidden_size": 64, "moe_intermediate_size": 32, "engram_vocab_size": 1009},
+)  # fmt: skip
+
+
+def _state(run: Run) -> dict[str, torch.Tensor]:
+    return {**run.model.state_dict(), **{f"tables.{k}": v for k, v in run.tables.state_dict().items()}}
+
+
+def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    straight = Run.create(tmp_path / "a", SMALL)
+    straight.train(progress_bar=False)
+    interrupted = Run.create(tmp_path / "b", SMALL)
+    interrupted.train(progress_bar=False, until=1)
+    resumed = Run.resume(tmp_path / "b")
+    assert resumed.step == 1
+    resumed.train(progress_bar=False)
+    a, b = _state(straight), _state(resumed)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:3]
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "a" / PROGRESS_FILE).read_text().splitlines()]
+    assert len(losses) == 3 and losses[-1] < losses[0]  # it learns
+    assert straight.vocab.active.sum() > 0
+    embed = straight.model.embed.parametrizations.weight.original
+    assert torch.equal(embed.abs().sum(1) > 0, straight.vocab.active)  # rows never used stay zero
+
+
+def test_a_run_directory_is_not_overwritten(tmp_path):
+    Run.create(tmp_path / "a", SMALL).save()
+    with pytest.raises(Ds41Error, match="already holds a training run"):
+        Run.create(tmp_path / "a", SMALL)
