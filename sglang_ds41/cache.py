@@ -1,6 +1,6 @@
 """What sglang-ds41 builds once and reuses, and where: one cache root for the checkpoints that
-`serve --tiny` / `--scripted` serve (built on first use, rebuilt when their generator changes),
-the Engram token maps (`engram.token_map`) and `serve`'s logs.
+`serve --tiny`, `--tiny-trained` and `--scripted` serve (built on first use, rebuilt when their
+generator changes), the Engram token maps (`engram.token_map`) and `serve`'s logs.
 
 A checkpoint is built in a staging folder beside its target and renamed into place, so a
 concurrent or interrupted build never leaves a half-written checkpoint where a server looks.
@@ -26,8 +26,9 @@ def cache_dir() -> Path:
 
 
 def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -> Path:
-    """The tiny checkpoint, built on first use and reused while its generator is unchanged
-    (the directory name carries a hash of `checkpoint/tiny.py`)."""
+    """The random tiny checkpoint (`make-tiny`; `serve --tiny`, the exactness tests),
+    built on first use and reused while its generator is unchanged (the directory name carries
+    a hash of `checkpoint/tiny.py`)."""
     import hashlib
 
     try:
@@ -37,6 +38,30 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
     stamp = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
     target = cache_dir() / f"tiny-{variant}-{engram}-seed{seed}-{stamp}"
     return cached_checkpoint(target, lambda out: tiny.write_tiny(out, variant, engram, seed))
+
+
+def trained_tiny_checkpoint(variant: str = "base", engram: str = "fp8") -> Path:
+    """The trained tiny model shipped with the package (`checkpoint.trained`, docs/TRAINING.md),
+    expanded into the official layout on first use and reused while the shipped files and their
+    expansion code are unchanged (the directory name carries their hash)."""
+    import hashlib
+
+    try:
+        from sglang_ds41.checkpoint import bundle, tiny, trained
+    except ImportError as error:
+        raise Ds41Error(f"--tiny-trained: the checkpoint builder is not available ({error})") from error
+    shipped = trained.shipped_dir()
+    if not (shipped / trained.TENSORS_FILE).is_file():
+        raise Ds41Error(
+            f"--tiny-trained: no trained tiny model is shipped in {shipped}; train one (sglang-ds41 "
+            "train-tiny RUN_DIR --bundle DIR, docs/TRAINING.md) or serve the random one (--tiny)"
+        )
+    digest = hashlib.sha256()
+    files = [shipped / n for n in trained.SHIPPED_FILES]
+    for path in [*files, Path(tiny.__file__), Path(trained.__file__), Path(bundle.__file__)]:
+        digest.update(path.read_bytes())
+    target = cache_dir() / f"tiny-trained-{variant}-{engram}-{digest.hexdigest()[:12]}"
+    return cached_checkpoint(target, lambda out: trained.expand(out, shipped, variant, engram))
 
 
 def scripted_checkpoint() -> Path:

@@ -1,4 +1,5 @@
-"""Files shipped with the package: the real DeepSeek-V4.1 tokenizer."""
+"""Files shipped with the package: the real DeepSeek-V4.1 tokenizer and the trained tiny model
+(`checkpoint.trained`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 TOKENIZER_DIR = Path(__file__).parent / "deepseek-v4.1"
 TOKENIZER_JSON = TOKENIZER_DIR / "tokenizer.json"
+TINY_TRAINED_DIR = Path(__file__).parent / "tiny-trained"
 # SHA-256 of the released deepseek-ai/DeepSeek-V4.1-Flash tokenizer.json (ENCODING.md §1.2).
 TOKENIZER_SHA256 = "c90dfa01249db1be4245780a052ede752e1361c612ac6d08e2bdada7d599476b"
 

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from sglang_ds41.checkpoint.manifest import (
     VARIANTS,
     Manifest,
     build_manifest,
+    release_variant,
     table_format,
 )
 from sglang_ds41.checkpoint.reader import CONFIG_FILE, HF_QUANT_FILE, INDEX_FILE
@@ -228,48 +229,85 @@ def _dense_linear(prefix: str, out: int, inp: int, seed: int):
     return _normal((out, inp), inp**-0.5, seed, prefix)
 
 
-def _weights(manifest: Manifest, seed: int) -> dict[str, Any]:
-    """All tensors of `manifest` (torch, in the manifest's dtypes)."""
+Dense = Mapping[str, Any]
+
+
+def _weights(manifest: Manifest, seed: int, dense: Dense | None = None) -> dict[str, Any]:
+    """All tensors of a base-variant, FP8-Engram `manifest` (torch, in the manifest's dtypes).
+    `dense` gives the values of some weights by checkpoint name (the prefix of a quantised one,
+    e.g. `layers.0.attn.wq_a`, and `layers.1.engram.embed` for a table's float rows); the rest
+    are random by `seed`."""
+    import torch
+
+    from sglang_ds41 import formats
+    from sglang_ds41.formats.engram import FP8, table_prefix, tensor_name
+
+    dense = dense or {}
+    out: dict[str, Any] = {}
+    for spec in manifest:
+        name, shape = spec.name, spec.shape
+        prefix = name.removesuffix(".weight")
+        if spec.format in ("bf16", "f32"):
+            dtype = torch.bfloat16 if spec.dtype == "BF16" else torch.float32
+            value = dense[name] if name in dense else _plain_value(name, shape, seed)
+            out[name] = value.to(dtype).contiguous()
+        elif spec.role != "weight":
+            continue  # scales are written together with their weight
+        elif spec.format == "fp8":
+            value = dense[prefix] if prefix in dense else _dense_linear(prefix, *shape, seed)
+            w, s = formats.quantize_fp8_block2d(value)
+            out[name], out[f"{prefix}.scale"] = w, s
+        elif spec.format == "mxfp4":
+            rows, inp = shape[0], shape[1] * 2
+            value = dense[prefix] if prefix in dense else _dense_linear(prefix, rows, inp, seed)
+            codes, scales = formats.quantize_mxfp4(value)
+            out[name], out[f"{prefix}.scale"] = codes.view(torch.int8), scales
+        elif table_format(spec) is FP8:  # the official FP8 rows
+            value = dense[prefix] if prefix in dense else _normal(shape, 1.0, seed, prefix)
+            values, scales = formats.quantize_fp8_rows(value)
+            table = table_prefix(name)
+            out[tensor_name(table, FP8.values)], out[tensor_name(table, FP8.scales)] = values, scales
+        else:  # pragma: no cover - a new format without a generator is a programming error
+            raise AssertionError(f"no generator for {spec.format} in the base variant")
+    return out
+
+
+def as_variant(base: Mapping[str, Any], manifest: Manifest) -> dict[str, Any]:
+    """The tensors of `manifest` (any variant and Engram format) from those of the same model's
+    base variant with FP8 tables: NVFP4 experts are the MXFP4 ones re-encoded losslessly (as
+    NVIDIA converted the release), 4-bit Engram tables the FP8 rows re-encoded as
+    `convert-engram` does by default; everything else is the same tensor."""
     import torch
 
     from sglang_ds41 import formats
     from sglang_ds41.checkpoint.convert.recode import default_scale_rule
-    from sglang_ds41.formats.engram import table_prefix, tensor_name
+    from sglang_ds41.formats.engram import FP8, table_prefix, tensor_name
 
     out: dict[str, Any] = {}
     for spec in manifest:
-        name, shape = spec.name, spec.shape
-        if spec.format in ("bf16", "f32"):
-            dtype = torch.bfloat16 if spec.dtype == "BF16" else torch.float32
-            out[name] = _plain_value(name, shape, seed).to(dtype).contiguous()
-        elif spec.role != "weight":
-            continue  # scales are written together with their weight
-        elif spec.format == "fp8":
-            prefix = name.removesuffix(".weight")
-            w, s = formats.quantize_fp8_block2d(_dense_linear(prefix, *shape, seed))
-            out[name], out[f"{prefix}.scale"] = w, s
-        elif spec.format in ("mxfp4", "nvfp4"):
-            prefix = name.removesuffix(".weight")
-            rows, inp = shape[0], shape[1] * 2
-            codes, scales = formats.quantize_mxfp4(_dense_linear(prefix, rows, inp, seed))
-            if spec.format == "mxfp4":
-                out[name], out[f"{prefix}.scale"] = codes.view(torch.int8), scales
-            else:
-                # Lossless, as NVIDIA's conversion of the release was: same codes and values.
-                w, ws, ws2 = formats.mxfp4_to_nvfp4(codes, scales)
-                out[name], out[f"{prefix}.weight_scale"] = w, ws
-                out[f"{prefix}.weight_scale_2"] = ws2.reshape(())
-                out[f"{prefix}.input_scale"] = formats.nvfp4.global_scale(_NV_INPUT_AMAX).reshape(())
-        elif (table := table_format(spec)) is not None:
-            # the official FP8 rows, re-encoded in the table's format as convert-engram would
-            rows, width = shape[0], shape[1] * (2 if table.four_bit else 1)
-            fp8_rows = _normal((rows, width), 1.0, seed, name.removesuffix(f".{table.values.name}"))
-            values, scales = formats.quantize_fp8_rows(fp8_rows)
-            encoded = table.from_fp8_rows(values, scales, default_scale_rule(table.name))
-            prefix = table_prefix(name)
-            out.update({tensor_name(prefix, part): t for part, t in zip(table.parts, encoded, strict=True)})
-        else:  # pragma: no cover - a new format without a generator is a programming error
-            raise AssertionError(f"no generator for {spec.format}")
+        name = spec.name
+        prefix = name.removesuffix(".weight")
+        table = table_format(spec)
+        if spec.format == "nvfp4" and spec.role == "weight":
+            # Lossless, as NVIDIA's conversion of the release was: same codes and values.
+            w, ws, ws2 = formats.mxfp4_to_nvfp4(base[name].view(torch.uint8), base[f"{prefix}.scale"])
+            out[name], out[f"{prefix}.weight_scale"] = w, ws
+            out[f"{prefix}.weight_scale_2"] = ws2.reshape(())
+            out[f"{prefix}.input_scale"] = formats.nvfp4.global_scale(_NV_INPUT_AMAX).reshape(())
+        elif table is not None:
+            if name in out:
+                continue  # written with the table's values
+            at = table_prefix(name)
+            fp8 = base[tensor_name(at, FP8.values)], base[tensor_name(at, FP8.scales)]
+            encoded = table.from_fp8_rows(*fp8, default_scale_rule(table.name))
+            out.update({tensor_name(at, part): t for part, t in zip(table.parts, encoded, strict=True)})
+        elif spec.role == "weight" or spec.format in ("bf16", "f32"):
+            out[name] = base[name]
+            if spec.format in ("fp8", "mxfp4"):
+                out[f"{prefix}.scale"] = base[f"{prefix}.scale"]
+    missing = [spec.name for spec in manifest if spec.name not in out]
+    if missing:  # pragma: no cover - a new format without a conversion is a programming error
+        raise AssertionError(f"as_variant: no conversion for {missing[:3]}")
     return out
 
 
@@ -286,15 +324,36 @@ def _shard_of(name: str, n_layers: int) -> int:
     return 0
 
 
+def base_tensors(
+    seed: int = 0, overrides: Mapping[str, Any] | None = None, dense: Dense | None = None
+) -> dict[str, Any]:
+    """Every tensor of the base variant with FP8 Engram tables (`_weights`)."""
+    config = V41Config.from_dict(tiny_config(BASE, "fp8", overrides), source="tiny_config()")
+    return _weights(build_manifest(config), seed, dense)
+
+
 def write_tiny(
     out_dir: str | Path,
     variant: str = BASE,
     engram: str = "fp8",
     seed: int = 0,
     overrides: Mapping[str, Any] | None = None,
+    dense: Dense | None = None,
 ) -> Path:
     """Write a tiny checkpoint directory; same arguments -> byte-identical files.
-    `overrides`: `text_config` fields to replace (`tiny_config`)."""
+    `overrides`: `text_config` fields to replace (`tiny_config`); `dense`: trained values of
+    weights by checkpoint name (`_weights`; the trained model, `sglang_ds41.training.export`)."""
+    data = tiny_config(variant, engram, overrides)
+    return write_checkpoint(out_dir, data, lambda: base_tensors(seed, overrides, dense))
+
+
+def write_checkpoint(
+    out_dir: str | Path, data: dict[str, Any], base: Callable[[], Mapping[str, Any]]
+) -> Path:
+    """Write the checkpoint of config `data` (a tiny layout: `tiny_config` with any overrides,
+    variant and Engram format) from the tensors of its base variant with FP8 tables (`base()`,
+    called once the output directory is known to be writable): the shards, the index, the
+    config, ModelOpt's `hf_quant_config.json` for the NVFP4 variant and the tokenizer files."""
     from safetensors.torch import save_file
 
     from sglang_ds41.assets import TOKENIZER_DIR
@@ -308,10 +367,9 @@ def write_tiny(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise Ds41Error(f"cannot write {out}: {error.strerror}") from None
-    data = tiny_config(variant, engram, overrides)
-    config = V41Config.from_dict(data, source="tiny_config()")
+    config = V41Config.from_dict(data, source="the checkpoint's config")
     manifest = build_manifest(config)
-    tensors = _weights(manifest, seed)
+    tensors = as_variant(base(), manifest)
     n_layers = config.text.num_hidden_layers
     n_shards = 2 + -(-n_layers // 2)
     groups: list[dict[str, Any]] = [{} for _ in range(n_shards)]
@@ -326,7 +384,7 @@ def write_tiny(
     index = {"metadata": {"total_size": manifest.total_bytes}, "weight_map": dict(sorted(weight_map.items()))}
     (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
     (out / CONFIG_FILE).write_text(json.dumps(data, indent=2) + "\n")
-    if variant == NVFP4:
+    if release_variant(config.quantization) == NVFP4:
         (out / HF_QUANT_FILE).write_text(json.dumps(hf_quant_config(n_layers), indent=2) + "\n")
     for file in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(TOKENIZER_DIR / file, out / file)

@@ -44,7 +44,9 @@ import pytest
 
 TP = 2
 ENGRAM_LAYERS = (1, 2)
-FORMATS = ("mxfp4", "fp8")
+# The random tiny checkpoint with each table format, and the trained tiny model (hidden 128, ~96k
+# Engram rows; `checkpoint.trained`) with MXFP4 tables: checkpoint name -> its Engram format.
+FORMATS = {"mxfp4": "mxfp4", "fp8": "fp8", "trained-mxfp4": "mxfp4"}
 # tensors upstream turns into new ones before a weight_loader sees them (checked separately)
 FUSED = {"wqkv_a": ("wq_a", "wkv"), "wo_a": ("wo_a",)}
 FUSED_TARGET = re.compile(rf"\.self_attn\.({'|'.join(FUSED)})\.[a-z_]+$")
@@ -215,11 +217,13 @@ def _load(ckpt: str, tp_rank: int, init_method: str, out: Path, first: bool) -> 
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
-    """Both ranks build upstream's model and load the MXFP4, then the FP8 tiny checkpoint.
+    """Both ranks build upstream's model and load the MXFP4, then the FP8 tiny checkpoint, then
+    the trained tiny model with MXFP4 tables.
 
     The ranks start first; each checkpoint is written while they import SGLang (or load the
     previous one) and released to them by its `.ready` file.
     """
+    from sglang_ds41.checkpoint import trained
     from sglang_ds41.checkpoint.tiny import write_tiny
 
     root = tmp_path_factory.mktemp("upstream-load")
@@ -242,8 +246,11 @@ def loaded(tmp_path_factory):
                         stderr=subprocess.STDOUT,
                     )
                 )
-        for fmt, ckpt in ckpts.items():
-            write_tiny(ckpt, "base", fmt, seed=0)
+        for name, ckpt in ckpts.items():
+            if name.startswith("trained"):
+                trained.expand(ckpt, engram=FORMATS[name])
+            else:
+                write_tiny(ckpt, "base", FORMATS[name], seed=0)
             ckpt.with_suffix(".ready").touch()
         deadline = time.monotonic() + WORKER_TIMEOUT_S
         for proc in procs:
@@ -366,7 +373,7 @@ def test_engram_tables_hold_the_ranks_checkpoint_rows(loaded, fmt):
     text = V41Config.from_file(ckpt / "config.json").text
     layout = EngramLayout.from_config(text)
     dim = text.engram_head_dim
-    weight = {"mxfp4": ("torch.uint8", dim // 2), "fp8": ("torch.float8_e4m3fn", dim)}[fmt]
+    weight = {"mxfp4": ("torch.uint8", dim // 2), "fp8": ("torch.float8_e4m3fn", dim)}[FORMATS[fmt]]
     for layer in ENGRAM_LAYERS:
         ranges = shard_ranges(layout.layers[layout.index_of(layer)], TP)
         table = {
@@ -377,7 +384,7 @@ def test_engram_tables_hold_the_ranks_checkpoint_rows(loaded, fmt):
             got = report["checkpoints"][ckpt.name]["tables"][str(layer)]
             start, stop = ranges[rank]
             assert got["class"] == "sglang_ds41.plugin.tables.embedding.Ds41EngramEmbedding"
-            assert got["format"] == fmt
+            assert got["format"] == FORMATS[fmt]
             assert (got["row_start"], got["rows"]) == (start, stop - start), f"rank {rank} layer {layer}"
             assert got["weight"] == [weight[0], [stop - start, weight[1]]]
             assert got["scale"] == ["torch.float8_e8m0fnu", [stop - start, dim // 32]]

@@ -297,3 +297,18 @@ def test_a_port_in_use_is_refused_before_anything_starts(ckpt, capsys, launched)
         f"cannot listen on 127.0.0.1:{port}: Address already in use (another server" in err and launched == []
     )
     assert cli.main(["serve", str(ckpt), "--port", str(port)]) == 0  # free again
+
+
+def test_tiny_trained_serves_the_trained_checkpoint(ckpt, monkeypatch, launched):
+    monkeypatch.setattr(cache, "trained_tiny_checkpoint", lambda: ckpt)
+    assert cli.main(["serve", "--tiny-trained", "--port", "31003"]) == 0
+    assert model_path(launched[0][0]) == str(ckpt)
+
+
+def test_tiny_trained_without_a_shipped_model_says_what_to_do(tmp_path, monkeypatch, capsys, launched):
+    from sglang_ds41.checkpoint import trained
+
+    monkeypatch.setattr(trained, "shipped_dir", lambda: tmp_path / "nothing")
+    assert cli.main(["serve", "--tiny-trained", "--port", "31005"]) == 2
+    err = capsys.readouterr().err
+    assert "no trained tiny model is shipped" in err and "(--tiny)" in err and launched == []

@@ -1,0 +1,128 @@
+"""A checkpoint's tensors in little space: rows that repeat one fill row are left out.
+
+A trained tiny model uses a few thousand of the 129,280 vocabulary rows and only the Engram rows
+its corpus hashes to; every other row of `embed`, `head` and the tables is the same stored row
+(zeros, or an FP8 zero row with its scale byte). `pack` keeps, for the tensors it is told to,
+the rows that differ from the tensor's most common row (their indices, their values, and that
+fill row once), and every other tensor whole; a tensor equal to an earlier one is kept once
+(`head` of a model trained with a tied embedding). Tensors the caller can regenerate (the
+untrained DSpark stages and vision tower, random by a seed) are left out with their SHA-256,
+and `unpack` takes them from a `regenerate` callable and checks them. `unpack` rebuilds every
+tensor bit for bit. The packed form is one safetensors file; its metadata says how to rebuild
+each tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from sglang_ds41.errors import Ds41Error
+
+_LAYOUT_KEY = "sglang_ds41.bundle"
+_ROWS, _VALUES, _FILL = "{}::rows", "{}::values", "{}::fill"
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Rows of `t` as raw bytes [rows, row_bytes], for comparing rows of any dtype exactly."""
+    return t.contiguous().view(torch.uint8).reshape(t.shape[0], -1)
+
+
+def digest(t: torch.Tensor) -> str:
+    """SHA-256 of a tensor's dtype, shape and bytes."""
+    raw = _as_bytes(t.reshape(-1, 1) if t.ndim == 0 else t).numpy().tobytes()
+    return hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode() + raw).hexdigest()
+
+
+def pack(
+    tensors: Mapping[str, torch.Tensor],
+    sparse: Iterable[str],
+    path: str | Path,
+    regenerable: Iterable[str] = (),
+) -> dict[str, str]:
+    """Write `tensors` to the safetensors file `path`; the 2-D tensors named in `sparse` keep
+    only their rows that differ from their most common row; those named in `regenerable` are
+    left out (their digest kept). Returns the layout written."""
+    layout: dict[str, str] = {}
+    stored: dict[str, torch.Tensor] = {}
+    seen: dict[tuple, str] = {}
+    sparse, regenerable = set(sparse), set(regenerable)
+    for name, t in tensors.items():
+        if name in regenerable:
+            layout[name] = f"regenerate:{digest(t)}"
+            continue
+        key = (t.dtype, tuple(t.shape), _as_bytes(t.reshape(-1, 1) if t.ndim == 0 else t).numpy().tobytes())
+        if key in seen:
+            layout[name] = f"same:{seen[key]}"
+            continue
+        seen[key] = name
+        if name in sparse and t.ndim == 2:
+            rows = _as_bytes(t)
+            _, inverse, counts = torch.unique(rows, dim=0, return_inverse=True, return_counts=True)
+            fill = int(counts.argmax())
+            keep = torch.nonzero(inverse != fill).flatten()
+            stored[_ROWS.format(name)] = keep.to(torch.int32)
+            stored[_VALUES.format(name)] = t[keep].contiguous()
+            stored[_FILL.format(name)] = t[int(torch.nonzero(inverse == fill)[0])].unsqueeze(0).contiguous()
+            layout[name] = f"rows:{t.shape[0]}"
+        else:
+            stored[name] = t.contiguous()
+            layout[name] = "whole"
+    save_file(stored, str(path), metadata={_LAYOUT_KEY: json.dumps(layout)})
+    Path(path).chmod(0o644)  # safetensors creates 0600; the package is read by other users
+    return layout
+
+
+def unpack(
+    path: str | Path, regenerate: Callable[[], Mapping[str, torch.Tensor]] | None = None
+) -> dict[str, torch.Tensor]:
+    """Every tensor of a packed file, as it was given to `pack`; the regenerable ones come from
+    `regenerate()` and must have their recorded digests."""
+    path = Path(path)
+    try:
+        handle = safe_open(str(path), framework="pt")
+    except (OSError, Exception) as error:  # safetensors raises its own error types
+        raise Ds41Error(f"{path}: not a readable packed checkpoint ({error})") from None
+    with handle as f:
+        meta = f.metadata() or {}
+        if _LAYOUT_KEY not in meta:
+            raise Ds41Error(f"{path}: no '{_LAYOUT_KEY}' metadata; not written by checkpoint.bundle.pack")
+        layout: dict[str, str] = json.loads(meta[_LAYOUT_KEY])
+        out: dict[str, torch.Tensor] = {}
+        generated = None
+        if regenerate is not None and any(how.startswith("regenerate:") for how in layout.values()):
+            generated = regenerate()
+        for name, how in layout.items():
+            if how == "whole":
+                out[name] = f.get_tensor(name)
+            elif how.startswith("rows:"):
+                fill = f.get_tensor(_FILL.format(name))
+                full = _as_bytes(fill).expand(int(how.removeprefix("rows:")), -1).clone()
+                full[f.get_tensor(_ROWS.format(name)).long()] = _as_bytes(f.get_tensor(_VALUES.format(name)))
+                out[name] = full.view(fill.dtype).reshape(full.shape[0], *fill.shape[1:])
+            elif how.startswith("same:"):
+                out[name] = out[how.removeprefix("same:")].clone()
+            elif how.startswith("regenerate:"):
+                out[name] = _regenerated(path, name, how.removeprefix("regenerate:"), generated)
+            else:
+                raise Ds41Error(f"{path}: tensor {name} has an unknown layout {how!r}")
+    return out
+
+
+def _regenerated(
+    path: Path, name: str, expected: str, generated: Mapping[str, torch.Tensor] | None
+) -> torch.Tensor:
+    t = None if generated is None else generated.get(name)
+    if t is None or digest(t) != expected:
+        got = "nothing" if t is None else digest(t)[:12] + "..."
+        raise Ds41Error(
+            f"{path}: tensor {name} must be regenerated as packed (SHA-256 {expected[:12]}...), got {got}: "
+            "the generator of the untrained tensors changed since the model was packed"
+        )
+    return t

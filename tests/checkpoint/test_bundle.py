@@ -1,0 +1,56 @@
+"""Packing a checkpoint's tensors row-compactly and back, bit for bit."""
+
+import pytest
+import torch
+
+from sglang_ds41 import formats
+from sglang_ds41.checkpoint.bundle import pack, unpack
+from sglang_ds41.errors import Ds41Error
+
+
+def _tensors():
+    g = torch.Generator().manual_seed(0)
+    embed = torch.zeros(1000, 8, dtype=torch.bfloat16)
+    embed[torch.tensor([3, 17, 999])] = torch.randn(3, 8, generator=g).bfloat16()
+    rows = torch.zeros(500, 32)
+    rows[torch.tensor([0, 250])] = torch.randn(2, 32, generator=g)
+    values, scales = formats.quantize_fp8_rows(rows)  # FP8 rows: zero rows keep their own scale byte
+    return {
+        "embed.weight": embed,
+        "head.weight": embed.clone(),
+        "layers.1.engram.embed.weight": values,
+        "layers.1.engram.embed.scale": scales,
+        "norm.weight": torch.ones(8, dtype=torch.bfloat16),
+        "scalar": torch.tensor(0.5),
+        "mtp.0.w": torch.randn(4, 4, generator=g),
+    }
+
+
+def test_unpack_gives_back_every_tensor_bit_for_bit(tmp_path):
+    tensors = _tensors()
+    sparse = ["embed.weight", "head.weight", "layers.1.engram.embed.weight", "layers.1.engram.embed.scale"]
+    layout = pack(tensors, sparse, tmp_path / "t.safetensors", regenerable=["mtp.0.w"])
+    assert layout["head.weight"] == "same:embed.weight" and layout["embed.weight"].startswith("rows:")
+    got = unpack(tmp_path / "t.safetensors", lambda: {"mtp.0.w": tensors["mtp.0.w"].clone()})
+    assert got.keys() == tensors.keys()
+    for name, t in tensors.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape, name
+        assert (
+            torch.equal(got[name].view(torch.uint8), t.view(torch.uint8))
+            if t.ndim
+            else torch.equal(got[name], t)
+        )
+    # three embedding rows of a thousand are stored, not the thousand
+    assert (tmp_path / "t.safetensors").stat().st_size < 4000
+
+
+def test_a_regenerated_tensor_that_changed_is_refused_by_name(tmp_path):
+    tensors = _tensors()
+    pack(tensors, [], tmp_path / "t.safetensors", regenerable=["mtp.0.w"])
+    with pytest.raises(Ds41Error, match=r"mtp\.0\.w.*changed since the model was packed"):
+        unpack(tmp_path / "t.safetensors", lambda: {"mtp.0.w": tensors["mtp.0.w"] + 1})
+    with pytest.raises(Ds41Error, match=r"no 'sglang_ds41\.bundle' metadata"):
+        from safetensors.torch import save_file
+
+        save_file({"x": torch.zeros(1)}, str(tmp_path / "plain.safetensors"))
+        unpack(tmp_path / "plain.safetensors")
