@@ -301,6 +301,11 @@ def _assistant_turn(out: PromptBuilder, message: AssistantMessage, keep_reasonin
         out.special(Special.THINK_START)
         out.text(message.reasoning_content or "")
     out.special(Special.THINK_END)
+    _answer(out, message)
+
+
+def _answer(out: PromptBuilder, message: AssistantMessage) -> None:
+    """An assistant turn after its `</think>`: the content, the DSML calls, EOS."""
     out.text(message.content)
     if message.tool_calls:
         _tool_calls(out, message.tool_calls)
@@ -316,10 +321,7 @@ def render_completion(message: AssistantMessage, thinking: bool) -> RenderedProm
     if thinking:
         out.text(message.reasoning_content or "")
         out.special(Special.THINK_END)
-    out.text(message.content)
-    if message.tool_calls:
-        _tool_calls(out, message.tool_calls)
-    out.special(Special.EOS)
+    _answer(out, message)
     return out.build()
 
 
