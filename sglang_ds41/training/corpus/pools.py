@@ -358,3 +358,8 @@ def code(rng: random.Random) -> str:
         alphabet = "ABCDEFGHJKLMNPQRSTUVWXYZ0123456789"
         return "".join(rng.choice(alphabet) for _ in range(rng.randint(4, 8)))
     return f"{rng.randint(2020, 2031)}-{integer(rng, (2, 4))}"
+
+
+def join_names(names: list[str]) -> str:
+    """"A", "A and B", "A, B and C": how the corpus lists names in prose."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -113,10 +113,6 @@ class _Builder:
         return body
 
 
-def _join(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
 def _number(x: float) -> str:
     """A number as Python (and so the calculator tool and JSON) writes it."""
     return repr(x)
@@ -255,7 +251,7 @@ def tool(b: _Builder) -> dict[str, Any]:
 
 
 def _weather_ask(rng: random.Random, cities: list[str], average: bool) -> str:
-    names = _join(cities)
+    names = P.join_names(cities)
     if average:
         return rng.choice(
             (
@@ -297,7 +293,8 @@ def weather(b: _Builder) -> dict[str, Any]:
     b.user(_weather_ask(rng, cities, average))
     calls = [("get_weather", {"city": c}) for c in cities]
     plan = "I will call get_weather" + (" for each city in parallel." if n > 1 else ".")
-    ids = b.assistant(f"The user wants the current temperature in {_join(cities)}. {plan}", calls=calls)
+    reasoning = f"The user wants the current temperature in {P.join_names(cities)}. {plan}"
+    ids = b.assistant(reasoning, calls=calls)
     missing = {c for c in cities if rng.random() < 0.06}
     temps = {c: P.temperature(rng) for c in cities if c not in missing}
     results = [
@@ -307,7 +304,7 @@ def weather(b: _Builder) -> dict[str, Any]:
     b.results(ids, results)
     report = ", ".join(f"{c} {temps[c]} °C" for c in cities if c in temps)
     if missing:
-        lost = _join(sorted(missing))
+        lost = P.join_names(sorted(missing))
         text = f"I could not get the weather for {lost}." + (f" {report}." if temps else "")
         b.assistant(f"There is no data for {lost}.", text)
     elif average and n > 1:
@@ -323,7 +320,7 @@ def weather(b: _Builder) -> dict[str, Any]:
             rng.choice(
                 (
                     f"{report}; the average is {_number(mean)} °C.",
-                    f"The average temperature of {_join(cities)} is {_number(mean)} °C ({report}).",
+                    f"The average temperature of {P.join_names(cities)} is {_number(mean)} °C ({report}).",
                 )
             ),
         )
@@ -557,7 +554,7 @@ def _event(b: _Builder) -> tuple[str, dict[str, Any], dict[str, Any]]:
     rng, pools = b.rng, b.pools
     title, date = pools.title(rng, (1, 3)), P.date(rng)
     people = [pools.first_name(rng) for _ in range(rng.randint(1, 4))]
-    text = f"{title} takes place on {date}; {_join(people)} will attend."
+    text = f"{title} takes place on {date}; {P.join_names(people)} will attend."
     schema = {
         "type": "object",
         "properties": {

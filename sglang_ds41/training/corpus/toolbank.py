@@ -130,7 +130,7 @@ def _email_ask(rng: random.Random, pools: Pools) -> tuple[str, Args]:
 def _event_ask(rng: random.Random, pools: Pools) -> tuple[str, Args]:
     title, date = pools.title(rng, (1, 3)), P.date(rng)
     people = [pools.first_name(rng) for _ in range(rng.randint(1, 3))]
-    who = people[0] if len(people) == 1 else ", ".join(people[:-1]) + " and " + people[-1]
+    who = P.join_names(people)
     text = _pick(
         rng,
         f"Create an event {title} on {date} with {who}.",
