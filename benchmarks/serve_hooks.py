@@ -87,7 +87,7 @@ def stream(method, adapter_obj, chat_request, ids: list[int]) -> list[str]:
 
 def baseline_hook(rev: str):
     """`stream_chat_chunks` of the chat hook's module at git revision `rev` (before the plugin's
-    split by role it was `plugin/parsers.py`)."""
+    split by role it was `plugin/parsers.py`), importing today's `ServedOutput`."""
     for where in ("sglang_ds41/plugin/serving/parsers.py", "sglang_ds41/plugin/parsers.py"):
         command = ["git", "-C", str(ROOT), "show", f"{rev}:{where}"]
         shown = subprocess.run(command, capture_output=True, text=True)
@@ -96,6 +96,8 @@ def baseline_hook(rev: str):
             break
     else:
         raise SystemExit(f"--baseline {rev}: no chat hook module at that revision ({shown.stderr.strip()})")
+    # The hook's own module, against today's ServedOutput (it moved into plugin/serving/).
+    source = source.replace("sglang_ds41.plugin.served_output", "sglang_ds41.plugin.serving.served_output")
     path = Path(tempfile.mkdtemp()) / "parsers_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("parsers_baseline", path)

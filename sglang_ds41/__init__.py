@@ -12,6 +12,8 @@ Sub-packages, from the format up to the servers (README, Layout, has the tree):
 * `model` -- the model's math, written once (mHC, RoPE/YaRN, attention, MoE, ViT);
 * `reference` -- the pure-PyTorch runtime over `model` (the oracle); `fast` -- compiled fast
   paths of `model`, each equal to its oracle;
+* `training` -- the trainer over `model` (batched, differentiable), its synthetic agent corpus
+  and the export of the trained tiny model (docs/TRAINING.md);
 * `vision` -- image loading and preprocessing;
 * `backend` -- the model SGLang imports on the CPU engine (slot-indexed state, TP, weights);
 * `serve` -- the launcher behind `sglang-ds41 serve`, its launch hooks and CPU shim;

@@ -231,3 +231,20 @@ def test_a_bad_reference_fails(text, sections) -> None:
 def test_headings_parser() -> None:
     text = "# Title\n## 1. Config\n### 1.1 Root\n```\n## 9.9 in a code block\n```\n## Appendix B — vectors\n"
     assert headings(text) == {"1", "1.1", "Appendix B"}
+
+
+def _sub_packages() -> list[str]:
+    """The `sglang_ds41` sub-packages: its folders with an `__init__.py`, and the two root folders
+    pyproject.toml maps into it."""
+    inside = [p.parent.name for p in sorted((ROOT / "sglang_ds41").glob("*/__init__.py"))]
+    return [*inside, "encoding", "agents"]
+
+
+def test_the_package_docstring_and_readme_layout_name_every_sub_package() -> None:
+    import sglang_ds41
+
+    layout = (ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    missing_doc = [name for name in _sub_packages() if f"`{name}`" not in sglang_ds41.__doc__]
+    missing_layout = [name for name in _sub_packages() if not re.search(rf"^\s*{name}/", layout, re.M)]
+    assert not missing_doc, f"sglang_ds41/__init__.py's docstring does not name {missing_doc}"
+    assert not missing_layout, f"README's Layout does not list {missing_layout}"
