@@ -398,8 +398,17 @@ class DeepseekV41ForCausalLM(nn.Module):
         """The batch's new tokens [T] (span order), written at slots `out_cache_loc` [T] ->
         final hidden states [T, D] (before the head); `input_embeds` [T, D] with images."""
         expected = torch.cat([torch.arange(s.start, s.end) for s in spans])
-        if not torch.equal(positions.cpu().to(torch.int64), expected):
-            raise BackendError("forward batch: positions are not each request's next contiguous positions")
+        got = positions.cpu().to(torch.int64)
+        if not torch.equal(got, expected):
+            if got.shape != expected.shape:
+                found = f"expected {expected.numel()} positions, got {got.numel()}"
+            else:
+                i = int(torch.nonzero(got != expected)[0])
+                found = f"token {i}: expected position {int(expected[i])}, got {int(got[i])}"
+            raise BackendError(
+                f"forward batch: positions are not each request's next contiguous positions ({found}; "
+                f"spans {[(s.start, s.end) for s in spans]})"
+            )
         store.write_tokens(out_cache_loc.to(torch.int64), input_ids)
         chunks = store.begin_forward(spans)
         try:

@@ -80,7 +80,7 @@ def read_shard_header(path: Path) -> ShardHeader:
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"shard {name}: header is not valid JSON ({error})") from None
     if not isinstance(header, dict):
-        raise CheckpointError(f"shard {name}: header is not a JSON object")
+        raise CheckpointError(f"shard {name}: header must be a JSON object, got {type(header).__name__}")
     base = 8 + header_len
     tensors: dict[str, StoredTensor] = {}
     for key, info in header.items():
@@ -139,7 +139,8 @@ def load_config(root: Path) -> V41Config:
         hf = _read_json(hf_path, "ModelOpt config")
         section = hf.get("quantization") if isinstance(hf, dict) else None
         if not isinstance(section, dict):
-            raise ConfigError(f"{hf_path}: expected a 'quantization' object")
+            found = type(section).__name__ if section is not None else "none"
+            raise ConfigError(f"{hf_path}: expected a 'quantization' object, got {found}")
         quant = dict(data.get("quantization_config") or {})
         for hf_key, key in _HF_QUANT_KEYS.items():
             if hf_key not in section:
@@ -269,13 +270,26 @@ class Checkpoint:
         self._handles.clear()
 
 
+def _weight_map_problem(weight_map: object) -> str:
+    """What an index's bad `weight_map` is instead (absent, not an object, a non-string file)."""
+    if weight_map is None:
+        return "none"
+    if not isinstance(weight_map, dict):
+        return type(weight_map).__name__
+    name, shard = next((k, v) for k, v in weight_map.items() if not isinstance(v, str))
+    return f"{type(shard).__name__} {shard!r} as the file of {name}"
+
+
 def _read_index(root: Path) -> tuple[dict[str, str], int | None]:
     index = root / INDEX_FILE
     if index.is_file():
         data = _read_json(index, "index")
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise CheckpointError(f"{index}: expected a 'weight_map' object of tensor name -> shard file")
+            found = _weight_map_problem(weight_map)
+            raise CheckpointError(
+                f"{index}: expected a 'weight_map' object of tensor name -> shard file, got {found}"
+            )
         total = (data.get("metadata") or {}).get("total_size")
         return dict(weight_map), (int(total) if total is not None else None)
     single = root / SINGLE_FILE

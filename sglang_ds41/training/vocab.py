@@ -66,5 +66,9 @@ def full_vocab_cross_entropy(
     position[ids] = torch.arange(ids.numel())
     where = position[targets]
     if bool((where < 0).any()):
-        raise ValueError("a target id has no active row (activate the batch's ids first)")
+        missing = sorted(set(targets[where < 0].tolist()))
+        raise ValueError(
+            f"target ids {missing[:8]}{' ...' if len(missing) > 8 else ''} have no active row "
+            "(activate the batch's ids first)"
+        )
     return F.cross_entropy(logits, where)

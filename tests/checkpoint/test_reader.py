@@ -123,6 +123,21 @@ def test_truncated_shard_is_named(tiny_dir, clone, keep):
         assert "ends at byte" in message and f"the file has {len(data) - 100} bytes" in message
 
 
+def test_a_shard_header_that_is_not_an_object_is_named_with_what_it_is(tiny_dir, clone):
+    ckpt = clone(tiny_dir())
+    file = shard_of(ckpt, "layers.6.attn.wkv.weight")
+    header = b"[1, 2]"
+    replace_file(ckpt / file, lambda p: p.write_bytes(len(header).to_bytes(8, "little") + header))
+    assert f"shard {file}: header must be a JSON object, got list" in open_error(ckpt)
+
+
+def test_an_index_naming_a_shard_by_a_number_says_which_tensor(tiny_dir, clone):
+    ckpt = clone(tiny_dir())
+    name = "layers.0.attn.wkv.weight"
+    edit_json(ckpt / INDEX_FILE, lambda d: d["weight_map"].__setitem__(name, 3))
+    assert f"got int 3 as the file of {name}" in open_error(ckpt)
+
+
 def test_index_pointing_to_the_wrong_shard_is_reported(tiny_dir, clone):
     ckpt = clone(tiny_dir())
     name = "layers.0.attn.wkv.weight"

@@ -305,7 +305,7 @@ def _new_config(raw: bytes, fmt: str, layers: set[int], src: Path) -> bytes:
     three entries are dropped, which is how the official FP8 release reads."""
     data = json.loads(raw)
     if not isinstance(data, dict):
-        raise ConvertError(f"{src / CONFIG_FILE}: expected a JSON object")
+        raise ConvertError(f"{src / CONFIG_FILE}: expected a JSON object, got {type(data).__name__}")
     quant = data.setdefault("quantization_config", {})
     for key in ("engram_embed_quant", "engram_embed_block_size", "engram_embed_layers"):
         quant.pop(key, None)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
@@ -42,7 +43,7 @@ import torch
 from sglang_ds41 import formats
 from sglang_ds41.fast.jit import compiled
 from sglang_ds41.formats import e2m1
-from sglang_ds41.formats.engram import FP8, MXFP4, NVFP4
+from sglang_ds41.formats.engram import FP8, MXFP4, NVFP4, EngramFormat
 
 BLOCK = MXFP4.scale_block  # FP8 / MXFP4 values per scale (32)
 NV_BLOCK = NVFP4.scale_block  # NVFP4 values per scale (16)
@@ -248,31 +249,54 @@ def _fp8_tensors(weight: np.ndarray, scale: np.ndarray) -> tuple[torch.Tensor, t
     )
 
 
+def _fp8_to_fp4(
+    fmt: EngramFormat,
+    weight: np.ndarray,
+    scale: np.ndarray,
+    scale_rule: str,
+    workers: int,
+    kernel: Callable[..., None],
+    reference: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """FP8 rows -> `fmt`'s 4-bit rows: `kernel(weight, scale, codes, scales, fallback)` encodes a
+    part of the rows in place and flags the rows it leaves to `reference(weight, scale)` (the
+    format's own definition, -> codes, scales, ...)."""
+    _check_fp8_rows(weight, scale)
+    rules = SCALE_RULES[fmt.name]
+    if scale_rule not in rules:
+        raise ValueError(f"{fmt.name.upper()} scale rule {scale_rule!r}: expected one of {rules}")
+    rows, width = weight.shape
+    codes = np.empty((rows, fmt.value_bytes(width)), np.uint8)
+    scales = np.empty((rows, fmt.scale_bytes(width)), np.uint8)
+    fallback = np.empty(rows, np.bool_)
+
+    def run(part: slice) -> None:
+        kernel(weight[part], scale[part], codes[part], scales[part], fallback[part])
+
+    split_rows(rows, workers, run)
+    if fallback.any():
+        idx = np.flatnonzero(fallback)
+        ref_codes, ref_scales = reference(*_fp8_tensors(weight[idx], scale[idx]))[:2]
+        codes[idx] = ref_codes.numpy()
+        scales[idx] = ref_scales.view(torch.uint8).numpy()
+    return codes, scales
+
+
 def fp8_to_mxfp4(
     weight: np.ndarray, scale: np.ndarray, workers: int = 1, scale_rule: str = "mse"
 ) -> tuple[np.ndarray, np.ndarray]:
     """FP8 rows (uint8 [R, W] E4M3 bytes, uint8 [R, W/32] E8M0) -> MXFP4 (uint8 [R, W/2], [R, W/32]).
 
     Bit-identical to ``formats.fp8_rows_to_mxfp4(..., scale_rule=scale_rule)``."""
-    _check_fp8_rows(weight, scale)
-    if scale_rule not in SCALE_RULES[MXFP4.name]:
-        raise ValueError(f"MXFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES[MXFP4.name]}")
-    rows, width = weight.shape
-    codes = np.empty((rows, MXFP4.value_bytes(width)), np.uint8)
-    scales = np.empty((rows, MXFP4.scale_bytes(width)), np.uint8)
-    fallback = np.empty(rows, np.bool_)
     tables, mse = _mx_tables(), scale_rule == "mse"
 
-    def run(part: slice) -> None:
-        _fp8_rows_to_mxfp4(weight[part], scale[part], *tables, mse, codes[part], scales[part], fallback[part])
+    def kernel(w, s, codes, scales, fallback) -> None:
+        _fp8_rows_to_mxfp4(w, s, *tables, mse, codes, scales, fallback)
 
-    split_rows(rows, workers, run)
-    if fallback.any():
-        idx = np.flatnonzero(fallback)
-        ref_codes, ref_scales = MXFP4.from_fp8_rows(*_fp8_tensors(weight[idx], scale[idx]), scale_rule)
-        codes[idx] = ref_codes.numpy()
-        scales[idx] = ref_scales.view(torch.uint8).numpy()
-    return codes, scales
+    def reference(w, s):
+        return MXFP4.from_fp8_rows(w, s, scale_rule)
+
+    return _fp8_to_fp4(MXFP4, weight, scale, scale_rule, workers, kernel, reference)
 
 
 def fp8_to_nvfp4(
@@ -282,29 +306,15 @@ def fp8_to_nvfp4(
     table's float32 `global_scale` (`formats.nvfp4.fp8_rows_global_scale` of the whole table).
 
     Bit-identical to ``formats.fp8_rows_to_nvfp4(..., global_scale, scale_rule=scale_rule)``."""
-    _check_fp8_rows(weight, scale)
-    if scale_rule not in SCALE_RULES[NVFP4.name]:
-        raise ValueError(f"NVFP4 scale rule {scale_rule!r}: expected one of {SCALE_RULES[NVFP4.name]}")
-    rows, width = weight.shape
-    codes = np.empty((rows, NVFP4.value_bytes(width)), np.uint8)
-    scales = np.empty((rows, NVFP4.scale_bytes(width)), np.uint8)
-    fallback = np.empty(rows, np.bool_)
-    ws2, mse = np.float32(global_scale), scale_rule == "mse"
-    tables = _nv_tables()
+    tables, ws2, mse = _nv_tables(), np.float32(global_scale), scale_rule == "mse"
 
-    def run(part: slice) -> None:
-        _fp8_rows_to_nvfp4(
-            weight[part], scale[part], *tables, ws2, mse, codes[part], scales[part], fallback[part]
-        )
+    def kernel(w, s, codes, scales, fallback) -> None:
+        _fp8_rows_to_nvfp4(w, s, *tables, ws2, mse, codes, scales, fallback)
 
-    split_rows(rows, workers, run)
-    if fallback.any():
-        idx = np.flatnonzero(fallback)
-        fp8_rows = _fp8_tensors(weight[idx], scale[idx])
-        ref_codes, ref_scales, _ = NVFP4.from_fp8_rows(*fp8_rows, scale_rule, torch.tensor(ws2))
-        codes[idx] = ref_codes.numpy()
-        scales[idx] = ref_scales.view(torch.uint8).numpy()
-    return codes, scales
+    def reference(w, s):
+        return NVFP4.from_fp8_rows(w, s, scale_rule, torch.tensor(ws2))
+
+    return _fp8_to_fp4(NVFP4, weight, scale, scale_rule, workers, kernel, reference)
 
 
 def mxfp4_to_fp8(codes: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
