@@ -15,7 +15,6 @@ range (1e400), which it would read as infinity.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -29,6 +28,7 @@ from jsonschema_specifications import REGISTRY as METASCHEMAS
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchAnchor, NoSuchResource, PointerToNowhere, Unresolvable
 from referencing.jsonschema import DRAFT202012, specification_with
+from sglang_ds41.encoding import json_text
 
 from . import ecma_regex
 from .errors import AgentConfigError
@@ -41,22 +41,14 @@ class NotJSON(ValueError):
     """Text that is not a JSON value (including NaN / Infinity, which JSON does not have)."""
 
 
-def _no_constant(name: str) -> Any:
-    raise NotJSON(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise NotJSON(f"the number {text[:40]} is beyond the range of a double (it would read as infinity)")
-    return value
-
-
 def loads_strict(text: str) -> Any:
     """`json.loads` that refuses NaN, Infinity and -Infinity, and a number too large for a
-    double (1e400, which Python would read as infinity) (raises `NotJSON`)."""
+    double (1e400, which Python would read as infinity), by the encoding's own number rules
+    (`json_text`); integers stay Python integers (raises `NotJSON`)."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        return json.loads(text, parse_constant=json_text.reject_constant, parse_float=json_text.finite_float)
+    except json_text.JsonTextError as error:
+        raise NotJSON(str(error)) from None
     except json.JSONDecodeError as error:
         raise NotJSON(f"{error.msg} at position {error.pos}") from None
 

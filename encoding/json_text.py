@@ -34,18 +34,23 @@ def _parse_int(text: str) -> int | float:
         return -0.0
     if INT_MIN <= value <= INT_MAX:
         return value
-    return _parse_float(text)
+    return finite_float(text)
 
 
-def _parse_float(text: str) -> float:
+def finite_float(text: str) -> float:
+    """`json.loads`' `parse_float`: a number a double holds; one that would read as infinity
+    (`1e400`) is refused. The agent runner parses model output with it too."""
     value = float(text)
     if math.isinf(value):
-        raise JsonTextError(f"number out of range: {text}")
+        raise JsonTextError(
+            f"the number {text[:40]} is beyond the range of a double (it would read as infinity)"
+        )
     return value
 
 
-def _reject_constant(name: str) -> Any:
-    raise JsonTextError(f"{name} is not a JSON value")
+def reject_constant(name: str) -> Any:
+    """`json.loads`' `parse_constant`: NaN, Infinity and -Infinity are not JSON."""
+    raise JsonTextError(f"{name} is not a JSON number")
 
 
 def loads(text: str | bytes) -> Any:
@@ -59,8 +64,8 @@ def loads(text: str | bytes) -> Any:
         value = json.loads(
             text,
             parse_int=_parse_int,
-            parse_float=_parse_float,
-            parse_constant=_reject_constant,
+            parse_float=finite_float,
+            parse_constant=reject_constant,
         )
     except JsonTextError:
         raise

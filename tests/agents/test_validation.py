@@ -39,6 +39,18 @@ def test_nan_and_infinity_are_not_json_numbers(constant):
     assert value is None and "not valid JSON" in problem
 
 
+def test_the_runner_and_the_renderer_refuse_an_overflowing_number_in_the_same_words():
+    from sglang_ds41.encoding import render_request
+    from sglang_ds41.encoding.errors import EncodingError
+
+    words = "the number 1e400 is beyond the range of a double"
+    with pytest.raises(EncodingError) as rendered:
+        render_request('{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 1e400}')
+    spec = OutputSpec.of({"type": "object", "properties": {"x": {"type": "number"}}})
+    value, problem = spec.validate('{"x": 1e400}')
+    assert words in str(rendered.value) and value is None and words in problem
+
+
 def tuple_tool(schema: dict) -> Tool:
     return Tool(name="t", description="", parameters=schema, fn=lambda **kw: kw, strict=False)
 
