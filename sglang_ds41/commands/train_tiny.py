@@ -33,6 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.copy_first,
         help=f"conversations drawn from the copy-heavy mix first (default {d.copy_first})",
     )
+    parser.add_argument(
+        "--drill-warmup",
+        type=int,
+        default=d.drill_warmup,
+        help=f"first steps on copy drills only, to grow the copying circuit (default {d.drill_warmup})",
+    )
+    parser.add_argument(
+        "--drill-every",
+        type=int,
+        default=d.drill_every,
+        help=f"after the warm-up, every n-th step is a drill step; 0 = none (default {d.drill_every})",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
     parser.add_argument(
         "--bundle", metavar="DIR", help="after training, pack the model for shipping into DIR"
@@ -65,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
             batch_tokens=args.batch_tokens,
             lr=args.lr,
             copy_first=args.copy_first,
+            drill_warmup=args.drill_warmup,
+            drill_every=args.drill_every,
         )
         run = Run.create(run_dir, settings)
     run.train()

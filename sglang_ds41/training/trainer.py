@@ -34,6 +34,7 @@ from sglang_ds41.errors import Ds41Error
 from sglang_ds41.reference.model import Transformer
 
 from .data import IGNORE, batches
+from .drills import drill_batch, is_drill_step
 from .forward import EngramTables, forward_hidden
 from .init import initialise
 from .quant import round_like_checkpoint, set_rounding
@@ -120,17 +121,25 @@ class Run:
         )
         with open(self.dir / PROGRESS_FILE, "a") as log:
             while self.step < last:
-                packed = next(stream)
+                drilling = is_drill_step(self.step, s.drill_warmup, s.drill_every)
+                if drilling:
+                    bos = self.config.bos_token_id
+                    batch = drill_batch(s.seed, self.step, s.batch_tokens, self.hasher, bos)
+                else:
+                    packed = next(stream)
+                    batch = packed.batch
                 started = time.perf_counter()
-                loss, n_tokens = self._step(packed.batch)
+                loss, n_tokens = self._step(batch)
                 self.step += 1
-                self.position = (packed.window_start, packed.in_window + 1)
+                if not drilling:
+                    self.position = (packed.window_start, packed.in_window + 1)
                 record = {
                     "step": self.step,
                     "loss": round(loss, 5),
+                    "drill": drilling,
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "tokens": n_tokens,
-                    "learnt": int((packed.batch.targets != IGNORE).sum()),
+                    "learnt": int((batch.targets != IGNORE).sum()),
                     "vocab": int(self.vocab.active.sum()),
                     "s": round(time.perf_counter() - started, 3),
                 }

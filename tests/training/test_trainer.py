@@ -42,3 +42,20 @@ def test_a_run_directory_is_not_overwritten(tmp_path):
     Run.create(tmp_path / "a", SMALL).save()
     with pytest.raises(Ds41Error, match="already holds a training run"):
         Run.create(tmp_path / "a", SMALL)
+
+
+def test_a_run_with_copy_drills_resumes_exactly_and_keeps_its_corpus_place(tmp_path):
+    drilled = Settings(**{**SMALL.__dict__, "steps": 4, "drill_warmup": 1, "drill_every": 2})
+    straight = Run.create(tmp_path / "a", drilled)
+    straight.train(progress_bar=False)
+    interrupted = Run.create(tmp_path / "b", drilled)
+    interrupted.train(progress_bar=False, until=2)
+    resumed = Run.resume(tmp_path / "b")
+    resumed.train(progress_bar=False)
+    a, b = _state(straight), _state(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    records = [json.loads(line) for line in (tmp_path / "a" / PROGRESS_FILE).read_text().splitlines()]
+    assert [r["drill"] for r in records] == [True, False, True, False]
+    plain = Run.create(tmp_path / "c", Settings(**{**SMALL.__dict__, "steps": 2}))
+    plain.train(progress_bar=False)
+    assert straight.position == plain.position  # drill steps do not consume the corpus

@@ -1,0 +1,83 @@
+"""Copy drills: short id sequences whose later parts repeat earlier ones, to grow induction.
+
+Copying a value from the prompt (a city, a number, a made-up name) needs an *induction* circuit:
+attend to where the current id occurred before and predict the id that followed it there. On the
+corpus alone it did not form in 1,500 steps (docs/TRAINING.md §7): copied spans are a few
+percent of the learnt tokens, and each gives a weak gradient until the circuit half exists. A
+drill is nothing but copy targets, so its gradient points at the circuit from the first step.
+
+Two kinds, drawn evenly, both over ids the corpus itself uses (no new embedding rows to ship):
+
+* periodic: a random segment of 3-16 ids repeated to the drill's length; every id after the
+  first period is predictable;
+* spans: random runs of ids, and copies (3-16 ids) of runs from anywhere earlier, about two thirds of the time; each
+  copied id after the copy's first is predictable.
+
+A drill step's batch is a pure function of (seed, step), so a resumed run replays it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import cache
+
+from sglang_ds41.assets import TOKENIZER_JSON
+from sglang_ds41.engram.hashing import EngramHasher
+
+from .corpus.pools import Pools
+from .corpus.samples import Sample, samples
+from .corpus.tasks import draw
+from .data import make_batch
+from .forward import Batch
+
+DRILL_LENGTH = 128  # ids per drill: within the sliding window, so every layer sees all of it
+VOCAB_CONVERSATIONS = 400  # conversations whose ids make up the drill vocabulary
+
+
+def is_drill_step(step: int, warmup: int, every: int) -> bool:
+    """Whether step `step` (0-based) trains on drills: the first `warmup` steps, then every
+    `every`-th step (0 = never)."""
+    return step < warmup or (every > 0 and (step - warmup) % every == every - 1)
+
+
+@cache
+def drill_vocabulary(seed: int) -> tuple[int, ...]:
+    """The plain-text ids (no special or added tokens) of the run's first conversations."""
+    added = {t["id"] for t in json.loads(TOKENIZER_JSON.read_text(encoding="utf-8"))["added_tokens"]}
+    pools, seen = Pools("train"), set()
+    for i in range(VOCAB_CONVERSATIONS):
+        for sample in samples(draw(random.Random(f"{seed}:{i}"), pools)):
+            seen.update(sample.ids)
+    return tuple(sorted(seen - added))
+
+
+def drill(rng: random.Random, vocab: tuple[int, ...], bos: int, length: int = DRILL_LENGTH) -> Sample:
+    """One drill of `length` ids (BOS first)."""
+    ids, learn = [bos], [False]
+    if rng.random() < 0.5:
+        period = rng.randint(3, 16)
+        segment = rng.choices(vocab, k=period)
+        ids += (segment * (length // period + 1))[: length - 1]
+        # from the second id of the second period on, the id before has occurred already
+        return Sample("drill", tuple(ids), tuple(i > period + 1 for i in range(length)))
+    while len(ids) < length:
+        room = length - len(ids)
+        if len(ids) > 8 and rng.random() < 0.65:
+            start = rng.randrange(1, len(ids) - 2)
+            span = ids[start : start + min(rng.randint(3, 16), room)]
+            learn += [False] + [True] * (len(span) - 1)
+        else:
+            span = rng.choices(vocab, k=min(rng.randint(2, 8), room))
+            learn += [False] * len(span)
+        ids += span
+    return Sample("drill", tuple(ids), tuple(learn))
+
+
+def drill_batch(seed: int, step: int, tokens: int, hasher: EngramHasher, bos: int) -> Batch:
+    """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills."""
+    rng = random.Random(f"{seed}:drill:{step}")
+    vocab = drill_vocabulary(seed)
+    group = [drill(rng, vocab, bos) for _ in range(max(1, tokens // DRILL_LENGTH))]
+    return make_batch(group, hasher)
+
