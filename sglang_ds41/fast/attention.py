@@ -6,13 +6,15 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 * `select`: the window rows as the oracle's; an index source scores with queries from the
   compiled RoPE and quantiser (`Attention.select(..., queries=)`), then the oracle's scan.
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
-  decode-sized batch gathers each token's rows (`attention.sparse_attention`), a prefill block
+  decode-sized batch gathers each token's rows (`attention.sparse_attention`; when they are
+  few, one compiled loop instead of its dozen small ops), a prefill block
   whose tokens share most of their rows attends the union of them with one masked GEMM per
   block, which is the same softmax over the same rows without a [T, W + k, Dh] gather.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -30,10 +32,15 @@ from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
 
 from . import quant
+from .jit import compiled, compiles, numpy_of
 from .rope import norm_rotate, rms_norm, rotate
 
 # Query rows per block of the union attention.
 DENSE_ROWS = 256
+# Up to this many (token, head, row) scores the compiled loop beats the gather + GEMMs, whose
+# dozen ops cost ~45 us; past it their vectorised GEMMs win (the loop's float64 sums do not
+# vectorise: ~0.05 us per score against ~0.008).
+LOOP_SCORES = 1024
 
 
 def project(
@@ -122,14 +129,14 @@ def attention(
     attention, a block that would use little of them gathers each token's rows."""
     t, k = ids.shape
     if t < DENSE_ROWS // 4:
-        return sparse_attention(q, pool, ids, sink, scale)
+        return gathered_attention(q, pool, ids, sink, scale)
     out = torch.empty_like(q)
     for t0 in range(0, t, DENSE_ROWS):
         block, rows = ids[t0 : t0 + DENSE_ROWS], slice(t0, t0 + DENSE_ROWS)
         runs = [_run(part) for part in (block[:, :window], block[:, window:]) if part.shape[1]]
         width = sum(hi - lo for lo, hi in runs if hi > lo)
         if width == 0 or width > 4 * k:  # a token would use under a quarter of them: gather
-            out[rows] = sparse_attention(q[rows], pool, block, sink, scale)
+            out[rows] = gathered_attention(q[rows], pool, block, sink, scale)
             continue
         kv, columns, first = [], [], 0
         for (lo, hi), part in zip(runs, (block[:, :window], block[:, window:]), strict=False):
@@ -140,6 +147,53 @@ def attention(
             else:
                 columns.append(torch.full_like(part, width))
         out[rows] = _union_attention(q[rows], torch.cat(kv), torch.cat(columns, dim=1), sink, scale)
+    return out
+
+
+@compiled
+def _gathered(q, pool, ids, sink, scale, out):
+    """Each token's softmax over its rows of the pool and the sink, accumulated in float64."""
+    t_rows, heads, dh = q.shape
+    k = ids.shape[1]
+    s = np.empty(k)
+    for t in range(t_rows):
+        for h in range(heads):
+            top = np.float64(sink[h])
+            for j in range(k):
+                row = ids[t, j]
+                if row < 0:
+                    continue
+                v = 0.0
+                for i in range(dh):
+                    v += np.float64(q[t, h, i]) * pool[row, i]
+                s[j] = v * scale
+                top = max(top, s[j])
+            total = np.exp(sink[h] - top)
+            acc = np.zeros(dh)
+            for j in range(k):
+                row = ids[t, j]
+                if row < 0:
+                    continue
+                e = np.exp(s[j] - top)
+                total += e
+                for i in range(dh):
+                    acc[i] += e * pool[row, i]
+            for i in range(dh):
+                out[t, h, i] = acc[i] / total
+
+
+def gathered_attention(
+    q: torch.Tensor, pool: torch.Tensor, ids: torch.Tensor, sink: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """`attention.sparse_attention(q, pool, ids, sink, scale)`, as one compiled loop when it
+    is small (a decode step over a short window and few picks)."""
+    if not (compiles(q) and pool.dtype == q.dtype) or ids.numel() * q.shape[1] > LOOP_SCORES:
+        return sparse_attention(q, pool, ids, sink, scale)
+    out = torch.empty_like(q)
+    _gathered(
+        numpy_of(q.contiguous()), numpy_of(pool.contiguous()), numpy_of(ids.contiguous()),
+        numpy_of(upcast(sink)), scale, numpy_of(out),
+    )  # fmt: skip
     return out
 
 

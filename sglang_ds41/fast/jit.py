@@ -31,8 +31,12 @@ def compiles(t: torch.Tensor) -> bool:
 
 
 def numpy_of(t: torch.Tensor) -> np.ndarray:
-    """The tensor's memory as a numpy array (no copy; parameters lose their autograd link)."""
-    return t.detach().numpy() if t.requires_grad else t.numpy()
+    """The tensor's memory as a numpy array (no copy; parameters lose their autograd link).
+    A step makes hundreds of these: the common case pays for `numpy()` alone."""
+    try:
+        return t.numpy()
+    except RuntimeError:  # "Can't call numpy() on Tensor that requires grad"
+        return t.detach().numpy()
 
 
 def prepared(module: torch.nn.Module, name: str, build: Callable[[], T], *watch: torch.Tensor) -> T:

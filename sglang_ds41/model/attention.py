@@ -158,7 +158,12 @@ class TensorView:
 
 def window_ids(chunks: Chunks, window: int) -> torch.Tensor:
     """[T, window]: the window rows of the pool each new token attends, oldest first and itself
-    last (the window-1 positions before it); -1 = before position 0."""
+    last (the window-1 positions before it); -1 = before position 0. The same for every layer
+    of a forward: computed once per chunks."""
+    return chunks.memo("window_ids", window, lambda: _window_ids(chunks, window))
+
+
+def _window_ids(chunks: Chunks, window: int) -> torch.Tensor:
     request, positions = chunks.request, chunks.positions
     own = chunks.window_offsets(window)[request] + positions - chunks.window_starts(window)[request]
     back = torch.arange(window - 1, -1, -1)

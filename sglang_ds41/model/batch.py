@@ -15,7 +15,7 @@ forward, request after request (MODEL.md §4.3):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -43,7 +43,7 @@ class Chunks:
     @cached_property
     def offsets(self) -> torch.Tensor:
         """[B + 1]: request b's rows of the flattened batch are offsets[b] .. offsets[b+1] - 1."""
-        return torch.cat([self.lengths.new_zeros(1), self.lengths.cumsum(0)])
+        return _offsets(self.lengths)
 
     @cached_property
     def request(self) -> torch.Tensor:
@@ -57,34 +57,48 @@ class Chunks:
         return self.starts[b] + torch.arange(b.numel()) - self.offsets[b]
 
     # ---- the logical pool ------------------------------------------------------------------
+    # Every layer of a forward asks for these with its window or ratio: each is computed once
+    # per argument and shared (callers never write into them).
+
+    @cached_property
+    def _memo(self) -> dict[tuple[str, int], torch.Tensor]:
+        return {}
+
+    def memo(self, name: str, arg: int, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """`compute()`, once per (name, arg) for these chunks."""
+        found = self._memo.get((name, arg))
+        if found is None:
+            found = self._memo[name, arg] = compute()
+        return found
 
     def window_starts(self, window: int) -> torch.Tensor:
         """[B]: the first position of each request's window rows."""
-        return (self.starts - (window - 1)).clamp(min=0)
+        return self.memo("window_starts", window, lambda: (self.starts - (window - 1)).clamp(min=0))
 
     def window_offsets(self, window: int) -> torch.Tensor:
         """[B + 1]: request b's window rows are pool rows window_offsets[b] .. window_offsets[b+1] - 1."""
-        counts = self.ends - self.window_starts(window)
-        return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        return self.memo("window_offsets", window, lambda: _offsets(self.ends - self.window_starts(window)))
 
     def entry_counts(self, ratio: int) -> torch.Tensor:
         """[B]: compressed entries of each request once this forward's are in (ends // ratio)."""
-        return torch.div(self.ends, ratio, rounding_mode="floor")
+        return self.memo("entry_counts", ratio, lambda: torch.div(self.ends, ratio, rounding_mode="floor"))
 
     def entry_offsets(self, ratio: int) -> torch.Tensor:
         """[B + 1]: request b's entries are entry rows entry_offsets[b] .. entry_offsets[b+1] - 1
         (after the window rows in the pool)."""
-        counts = self.entry_counts(ratio)
-        return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        return self.memo("entry_offsets", ratio, lambda: _offsets(self.entry_counts(ratio)))
 
     def new_entries(self, ratio: int) -> torch.Tensor:
         """[G]: the entry rows this forward completes (entries starts // ratio .. ends // ratio - 1
         of each request), in the order the compressor emits them."""
+        return self.memo("new_entries", ratio, lambda: self._new_entries(ratio))
+
+    def _new_entries(self, ratio: int) -> torch.Tensor:
         first = torch.div(self.starts, ratio, rounding_mode="floor")
         count = self.entry_counts(ratio) - first
         base = self.entry_offsets(ratio)[:-1] + first
         b = torch.repeat_interleave(torch.arange(self.size), count)
-        offsets = torch.cat([count.new_zeros(1), count.cumsum(0)])
+        offsets = _offsets(count)
         return base[b] + torch.arange(b.numel()) - offsets[b]
 
     def row_blocks(self, rows: int):
@@ -99,3 +113,8 @@ class Chunks:
             local = i0 + torch.arange(tb)
             block = self.offsets[requests, None] + local[None, :]
             yield requests, block.masked_fill(local[None, :] >= self.lengths[requests, None], -1)
+
+
+def _offsets(counts: torch.Tensor) -> torch.Tensor:
+    """[B] counts -> [B + 1] running starts (0, c0, c0 + c1, ...)."""
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
