@@ -4,7 +4,8 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 * `project`: RMSNorm, RoPE and the KV fake-quantisers as compiled loops (`fast.rope`,
   `fast.quant`); the linears as they are.
 * `select`: the window rows as the oracle's; an index source scores with queries from the
-  compiled RoPE and quantiser (`Attention.select(..., queries=)`), then the oracle's scan.
+  compiled RoPE and quantiser, then the oracle's scan, or, in a decode step, one block of
+  scores and the selection as one compiled loop (`fast.selection`).
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
   decode-sized batch gathers each token's rows (`attention.sparse_attention`; when they are
   few, one compiled loop instead of its dozen small ops), a prefill block
@@ -13,6 +14,8 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import torch
@@ -27,11 +30,11 @@ from sglang_ds41.model.attention import (
     sparse_attention,
 )
 from sglang_ds41.model.batch import Chunks
-from sglang_ds41.model.indexer import Indexer
+from sglang_ds41.model.indexer import Indexer, visible_counts
 from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
 
-from . import quant
+from . import quant, selection
 from .jit import compiled, compiles, numpy_of
 from .rope import norm_rotate, rms_norm, rotate
 
@@ -91,8 +94,35 @@ def select(
     view: StateView,
     published: Published,
 ) -> torch.Tensor:
-    """`attn.select(x, projected, chunks, view, published)` with the fast queries."""
-    return attn.select(x, projected, chunks, view, published, queries=queries)
+    """`attn.select(x, projected, chunks, view, published)` with the fast index."""
+    return attn.select(x, projected, chunks, view, published, index=partial(index, attn))
+
+
+def index(
+    attn: Attention,
+    x: torch.Tensor,
+    q_lora: torch.Tensor,
+    chunks: Chunks,
+    view: StateView,
+    published: Published,
+) -> torch.Tensor:
+    """`attn.index(x, q_lora, chunks, view, published)` with the fast queries; a decode step
+    (one token per request) whose scores fit one block of entries scores them as the oracle's
+    scan does and selects in one compiled loop (`fast.selection`)."""
+    tokens, requests = x.shape[0], chunks.size
+    n_visible = visible_counts(chunks.positions, attn.ratio)  # [T]
+    n_cols = int(n_visible.max()) if tokens else 0
+    if tokens != requests or n_cols > attn.column_block(requests, tokens) or not compiles(x):
+        return attn.index(x, q_lora, chunks, view, published, queries=queries)
+    q, w = queries(attn.indexer, x, q_lora, chunks.positions)  # [T, Hi, Di], [T, Hi]
+    counts, first = chunks.entry_counts(attn.ratio), chunks.entry_offsets(attn.ratio)[:-1]
+    publish, allowed = attn.candidate_rule(published)
+    scores = attn.scorer(q[:, None], w[:, None], view, first, counts)(0, n_cols)  # [T, n_cols]
+    restrict = None if allowed is None else (allowed, attn.candidate_block_size)
+    picked, kept = selection.select_block(
+        scores, n_visible, first, attn.index_topk, attn.index_width(chunks), publish, restrict
+    )
+    return attn.publish(published, picked, kept)
 
 
 def attend(

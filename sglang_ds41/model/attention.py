@@ -51,6 +51,8 @@ SCORE_BLOCK = 1 << 22
 
 # An index source's query path: (indexer, x [T, D], q_lora [T, r], positions [T]) -> (q^I, w).
 Queries = Callable[[Indexer, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# An index source's pick: (x [T, D], q_lora [T, r], chunks, view, published) -> entry rows [T, k].
+Index = Callable[[torch.Tensor, torch.Tensor, Chunks, "StateView", "Published"], torch.Tensor]
 
 
 @dataclass
@@ -290,19 +292,20 @@ class Attention(nn.Module):
         chunks: Chunks,
         view: StateView,
         published: Published,
-        queries: Queries | None = None,
+        index: Index | None = None,
     ) -> torch.Tensor:
         """Rows of the pool each token attends [T, W + k] (-1 = none): its window, then the
         entries its index source picked (§4.3, §4.5). Fills `published` for later layers.
-        `queries`: how an index source forms its queries (default `Indexer.queries`; the
-        backend passes its fast path, `fast.attention`)."""
+        `index`: how an index source picks (default `Attention.index`; the backend passes its
+        fast path, `fast.attention.index`)."""
         ids = window_ids(chunks, self.window)  # [T, W]
         if self.role is LayerRole.WINDOW:
             return ids
         if self.role is LayerRole.REUSE:
             entries = self._borrow(published.selection, self.index_source, "top-k")
         else:
-            entries = self.index(x, projected.q_lora, chunks, view, published, queries)  # [T, k]
+            pick = self.index if index is None else index
+            entries = pick(x, projected.q_lora, chunks, view, published)  # [T, k]
         n_window = int(chunks.window_offsets(self.window)[-1])
         return torch.cat([ids, torch.where(entries >= 0, entries + n_window, -1)], dim=1)
 
@@ -339,36 +342,55 @@ class Attention(nn.Module):
         q, w = form(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
         n_visible = visible_counts(positions, self.ratio)  # [T]
         counts, first = chunks.entry_counts(self.ratio), chunks.entry_offsets(self.ratio)[:-1]
-        width = min(self.index_topk, int(counts.max()))
-        size = self.candidate_block_size
-        publish = Candidates(size, self.candidate_topk_blocks) if self.publishes_candidates else None
-        allowed = None
-        if self.consumes_candidates:
-            if published.candidates is None:
-                raise Ds41Error(f"attention layer {self.layer}: the candidate source has not run yet")
-            allowed = published.candidates
+        width = self.index_width(chunks)
+        publish, allowed = self.candidate_rule(published)
         picked = torch.full((q.shape[0], width), -1, dtype=torch.int64)
         kept = None if publish is None else torch.full((q.shape[0], publish.keep), -1, dtype=torch.int64)
-        for requests, rows in chunks.row_blocks(self.row_block):  # [B'], [B', tb]
+        for requests, rows in chunks.row_blocks(self.row_block):  # [B', tb], [B', tb]
             real, at = rows >= 0, rows.clamp(min=0)
-            score = self._scorer(q[at], w[at], view, first[requests], counts[requests])
-            per_column = max(rows.numel() * self.indexer.n_heads, rows.shape[0] * self.indexer.head_dim)
-            columns = max(size, self.score_block // per_column // size * size)
-            restrict = None if allowed is None else (allowed[at].flatten(0, 1), size)
+            score = self.scorer(q[at], w[at], view, first[requests], counts[requests])
+            restrict = None if allowed is None else (allowed[at].flatten(0, 1), self.candidate_block_size)
             ids, blocks = select_rows(
-                score, n_visible[at].masked_fill(~real, 0).flatten(), self.index_topk, width, columns,
-                publish, restrict,
+                score, n_visible[at].masked_fill(~real, 0).flatten(), self.index_topk, width,
+                self.column_block(rows.shape[0], rows.numel()), publish, restrict,
             )  # fmt: skip
             ids = ids.view(*rows.shape, width)
             picked[rows[real]] = torch.where(ids >= 0, ids + first[requests, None, None], -1)[real]
             if kept is not None:
                 kept[rows[real]] = blocks.view(*rows.shape, -1)[real]
+        return self.publish(published, picked, kept)
+
+    def index_width(self, chunks: Chunks) -> int:
+        """The columns of the index's top-k: k, or fewer while every request has fewer entries."""
+        return min(self.index_topk, int(chunks.entry_counts(self.ratio).max()))
+
+    def candidate_rule(self, published: Published) -> tuple[Candidates | None, torch.Tensor | None]:
+        """(the rule of the blocks this layer publishes, the published blocks it is restricted to)."""
+        publish = None
+        if self.publishes_candidates:
+            publish = Candidates(self.candidate_block_size, self.candidate_topk_blocks)
+        if not self.consumes_candidates:
+            return publish, None
+        if published.candidates is None:
+            raise Ds41Error(f"attention layer {self.layer}: the candidate source has not run yet")
+        return publish, published.candidates
+
+    def column_block(self, requests: int, rows: int) -> int:
+        """Entries per scored block for `rows` query rows of `requests` requests: its scores
+        [rows, heads, entries] and keys [requests, entries, index_head_dim] within the score
+        block, a multiple of the candidate block."""
+        size = self.candidate_block_size
+        per_column = max(rows * self.indexer.n_heads, requests * self.indexer.head_dim)
+        return max(size, self.score_block // per_column // size * size)
+
+    def publish(self, published: Published, picked: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+        """Hands this index source's top-k (and kept candidate blocks) to later layers; -> picked."""
         if kept is not None:
             published.candidates = kept
         published.selection[self.layer] = picked
         return picked
 
-    def _scorer(
+    def scorer(
         self, q: torch.Tensor, w: torch.Tensor, view: StateView, first: torch.Tensor, counts: torch.Tensor
     ) -> Callable[[int, int], torch.Tensor]:
         """score(c0, c1) -> [B' * tb, c1 - c0]: the row block's queries q [B', tb, Hi, Di] (weights

@@ -12,6 +12,7 @@ from sglang_ds41.fast import rope as fast_rope
 from sglang_ds41.model.attention import Attention, AttentionState
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.norm import RMSNorm
+from sglang_ds41.model.roles import LayerRole
 from sglang_ds41.model.rope import RotaryEmbedding
 from tests.model._tiny import randomize_, tiny_config
 from tests.model.test_phases import LAYERS, inputs, run_alone, run_batched
@@ -67,6 +68,16 @@ def test_a_long_prefill_with_a_wide_window_attends_the_union_of_its_rows(monkeyp
     monkeypatch.setattr(fast, "_union_attention", lambda *a: blocks.append(1) or union(*a))
     check_phases(cfg, wide, [(0, 600)])
     assert len(blocks) >= 8
+
+
+def test_a_decode_batch_selects_in_the_compiled_loop(layers, monkeypatch):
+    """One token per request: every index source's selection is the compiled one (counted),
+    and equals the oracle's, candidate blocks included."""
+    calls = []
+    select_block = fast.selection.select_block
+    monkeypatch.setattr(fast.selection, "select_block", lambda *a: calls.append(1) or select_block(*a))
+    check_phases(tiny_config(), layers, CASES["decode batch"])
+    assert len(calls) == sum(a.role in (LayerRole.FULL, LayerRole.REINDEX) for a in layers) > 0
 
 
 def check_phases(cfg, layers, requests) -> None:
