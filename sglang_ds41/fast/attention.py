@@ -117,7 +117,9 @@ def index(
     q, w = queries(attn.indexer, x, q_lora, chunks.positions)  # [T, Hi, Di], [T, Hi]
     counts, first = chunks.entry_counts(attn.ratio), chunks.entry_offsets(attn.ratio)[:-1]
     publish, allowed = attn.candidate_rule(published)
-    scores = attn.scorer(q[:, None], w[:, None], view, first, counts)(0, n_cols)  # [T, n_cols]
+    scores = torch.empty(tokens, 0, dtype=w.dtype)  # no entry seen yet: nothing is scored
+    if n_cols:
+        scores = attn.scorer(q[:, None], w[:, None], view, first, counts)(0, n_cols)  # [T, n_cols]
     restrict = None if allowed is None else (allowed, attn.candidate_block_size)
     picked, kept = selection.select_block(
         scores, n_visible, first, attn.index_topk, attn.index_width(chunks), publish, restrict

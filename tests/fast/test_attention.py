@@ -48,6 +48,8 @@ def layers() -> list[Attention]:
 CASES = {
     "mixed batch": [(13, 14), (0, 9), (21, 1), (30, 1)],
     "decode batch": [(40, 1), (7, 1), (64, 1)],
+    "first token": [(0, 1)],
+    "second tokens": [(1, 1), (2, 1)],
     "long prefill": [(0, 300)],
     "two long chunks": [(33, 170), (0, 140)],
 }
