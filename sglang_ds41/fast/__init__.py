@@ -8,4 +8,5 @@ of a small model is otherwise mostly op dispatch: one compiled call instead of t
 ops of a Sinkhorn, one grouped GEMM per expert instead of a loop of masks.
 
 * `mhc`: a site's coefficients (RMS, sigmoids, Sinkhorn), collapse + RMSNorm, expand.
+* `selection`: the indexer's selection of a decode step's scores (mask, candidate blocks, top-k).
 """
