@@ -113,7 +113,7 @@ def index(
     n_visible = visible_counts(chunks.positions, attn.ratio)  # [T]
     n_cols = int(n_visible.max()) if tokens else 0
     if tokens != requests or n_cols > attn.column_block(requests, tokens) or not compiles(x):
-        return attn.index(x, q_lora, chunks, view, published, queries=queries)
+        return attn.index(x, q_lora, chunks, view, published, queries=queries, scan=selection.scan)
     q, w = queries(attn.indexer, x, q_lora, chunks.positions)  # [T, Hi, Di], [T, Hi]
     counts, first = chunks.entry_counts(attn.ratio), chunks.entry_offsets(attn.ratio)[:-1]
     publish, allowed = attn.candidate_rule(published)

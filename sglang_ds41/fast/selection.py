@@ -4,19 +4,25 @@ in one block, as one compiled loop.
 A decode step's rows see at most a few thousand entries each, so their scores fit one column
 block and the running top-k of `select_rows` merges a single block: its ~30 small ops (mask,
 block scores, candidate top-k, restriction, top-k, the tie-break of equal values) cost more than
-the scores. Here each row is masked, its candidate blocks scored and picked, and its entries
-picked in one pass, with the oracle's rule: the largest values first, ties to the lower id,
--inf never picked.
+the scores; a prefill block's rows fit one column block too up to ~4k entries, and there the
+running top-k's sorts of [rows, entries] dominate. Here each row is masked, its candidate
+blocks scored and picked, and its entries picked in one pass, with the oracle's rule: the
+largest values first, ties to the lower id, -inf never picked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-from sglang_ds41.model.selection import Candidates
+from sglang_ds41.model.selection import Candidates, select_rows
 
 from .jit import compiled, compiles, numpy_of
+
+# Up to this many picks, insertion into a sorted run beats partition + sort.
+SMALL_TOP = 16
 
 
 @compiled
@@ -24,6 +30,19 @@ def _stable_top(values, m, out):
     """The ids of the min(m, n) largest of values [n], largest first, ties to the lower id,
     written to out[:min(m, n)]; returns how many."""
     n = values.shape[0]
+    if m <= SMALL_TOP and m < n:  # insertion into the m best so far: no sort, no copy
+        c = 0
+        for i in range(n):
+            v = values[i]
+            if c == m and not v > values[out[m - 1]]:
+                continue
+            j = min(c, m - 1)
+            while j > 0 and v > values[out[j - 1]]:  # after its equals: ties to the lower id
+                out[j] = out[j - 1]
+                j -= 1
+            out[j] = i
+            c = min(c + 1, m)
+        return c
     if m >= n:
         order = np.argsort(-values, kind="mergesort")
         out[:n] = order
@@ -66,29 +85,30 @@ def _select(scores, n_visible, first, k, size, keep, allowed, allowed_size, pick
     picked[:] = -1
     kept[:] = -1
     for r in range(rows):
-        nv = n_visible[r]
-        for c in range(cols):
-            masked[c] = scores[r, c] if c < nv else -inf
+        nv = min(n_visible[r], cols)  # entries past it score -inf: never picked, never kept
+        for c in range(nv):
+            masked[c] = scores[r, c]
         if keep > 0:
-            for b in range(n_blocks):
+            row_blocks = -(-nv // size)
+            for b in range(row_blocks):
                 best = -inf
-                for c in range(b * size, min(cols, (b + 1) * size)):
+                for c in range(b * size, min(nv, (b + 1) * size)):
                     best = max(best, masked[c])
                 block[b] = best
             if nv > 0:
                 block[(nv - 1) // size] = inf
-            for j in range(_stable_top(block, keep, ids)):
+            for j in range(_stable_top(block[:row_blocks], keep, ids)):
                 if block[ids[j]] != -inf:
                     kept[r, j] = ids[j]
         if allowed_size > 0:
-            for c in range(cols):
+            for c in range(nv):
                 inside = False
                 for a in range(allowed.shape[1]):
                     if allowed[r, a] == c // allowed_size:
                         inside = True
                 if not inside:
                     masked[c] = -inf
-        for j in range(_stable_top(masked, k, ids)):
+        for j in range(_stable_top(masked[:nv], k, ids)):
             if masked[ids[j]] != -inf:
                 picked[r, j] = ids[j] + first[r]
 
@@ -121,3 +141,24 @@ def select_block(
         numpy_of(picked), numpy_of(kept),
     )  # fmt: skip
     return picked, None if publish is None else kept
+
+
+def scan(
+    score: Callable[[int, int], torch.Tensor],
+    n_visible: torch.Tensor,
+    k: int,
+    width: int,
+    column_block: int,
+    publish: Candidates | None = None,
+    allowed: tuple[torch.Tensor, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`select_rows(score, n_visible, k, width, column_block, publish, allowed)`: one block of
+    scores and the compiled selection when the block holds every row's entries."""
+    n_cols = int(n_visible.max()) if n_visible.numel() else 0
+    if n_cols == 0 or n_cols > column_block:
+        return select_rows(score, n_visible, k, width, column_block, publish, allowed)
+    scores = score(0, n_cols)
+    if not takes(scores):
+        block = lambda c0, c1: scores[:, c0:c1]  # noqa: E731
+        return select_rows(block, n_visible, k, width, column_block, publish, allowed)
+    return select_block(scores, n_visible, torch.zeros_like(n_visible), k, width, publish, allowed)

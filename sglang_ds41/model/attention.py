@@ -333,10 +333,12 @@ class Attention(nn.Module):
         view: StateView,
         published: Published,
         queries: Queries | None = None,
+        scan: Callable = select_rows,
     ) -> torch.Tensor:
         """This index source's top-k: entry rows [T, min(k, most entries)] (-1 = none), from
         scores of bounded blocks of entries (`selection.py`); publishes it, and the candidate
-        blocks on the candidate source."""
+        blocks on the candidate source. `queries`, `scan`: the backend's fast paths of
+        `Indexer.queries` and `select_rows` (`fast.attention`, `fast.selection`)."""
         form = self.indexer.queries if queries is None else partial(queries, self.indexer)
         positions = chunks.positions.to(x.device)
         q, w = form(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
@@ -350,7 +352,7 @@ class Attention(nn.Module):
             real, at = rows >= 0, rows.clamp(min=0)
             score = self.scorer(q[at], w[at], view, first[requests], counts[requests])
             restrict = None if allowed is None else (allowed[at].flatten(0, 1), self.candidate_block_size)
-            ids, blocks = select_rows(
+            ids, blocks = scan(
                 score, n_visible[at].masked_fill(~real, 0).flatten(), self.index_topk, width,
                 self.column_block(rows.shape[0], rows.numel()), publish, restrict,
             )  # fmt: skip
