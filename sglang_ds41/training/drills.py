@@ -8,10 +8,13 @@ drill is nothing but copy targets, so its gradient points at the circuit from th
 
 Two kinds, drawn evenly, both over ids the corpus itself uses (no new embedding rows to ship):
 
-* periodic: a random segment of 3-16 ids repeated to the drill's length; every id after the
-  first period is predictable;
-* spans: random runs of ids, and copies (3-16 ids) of runs from anywhere earlier, about two thirds of the time; each
-  copied id after the copy's first is predictable.
+* periodic: a random segment of 3-16 ids repeated to the drill's length; every id from the
+  second of the second period on is predictable;
+* spans: random runs of ids, and (about two thirds of the time) copies of 3-16 ids from
+  anywhere earlier; each copied id after the copy's first is predictable.
+
+Measured so far (docs/TRAINING.md §7): 500 drill steps, then one step in four, did not form
+the circuit either; the option stays for longer runs (defaults off).
 
 A drill step's batch is a pure function of (seed, step), so a resumed run replays it exactly.
 """
