@@ -21,11 +21,10 @@ A drill step's batch is a pure function of (seed, step), so a resumed run replay
 
 from __future__ import annotations
 
-import json
 import random
 from functools import cache
 
-from sglang_ds41.assets import TOKENIZER_JSON
+from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.engram.hashing import EngramHasher
 
 from .corpus.pools import Pools
@@ -47,7 +46,7 @@ def is_drill_step(step: int, warmup: int, every: int) -> bool:
 @cache
 def drill_vocabulary(seed: int) -> tuple[int, ...]:
     """The plain-text ids (no special or added tokens) of the run's first conversations."""
-    added = {t["id"] for t in json.loads(TOKENIZER_JSON.read_text(encoding="utf-8"))["added_tokens"]}
+    added = set(v41_tokenizer().get_added_tokens_decoder())
     pools, seen = Pools("train"), set()
     for i in range(VOCAB_CONVERSATIONS):
         for sample in samples(draw(random.Random(f"{seed}:{i}"), pools)):

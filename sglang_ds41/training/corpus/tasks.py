@@ -536,17 +536,24 @@ def _invoice(b: _Builder) -> tuple[str, dict[str, Any], dict[str, Any]]:
     return text, answer, invoice_schema()
 
 
+def _strict_object(name: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A strict `json_schema` response format: an object with exactly `properties`, all required."""
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
 def _person(b: _Builder) -> tuple[str, dict[str, Any], dict[str, Any]]:
     rng, pools = b.rng, b.pools
     name, age, city = pools.person(rng), rng.randint(1, 99), pools.city(rng)
     text = rng.choice((f"{name} is {age} years old and lives in {city}.", f"{name}, {age}, from {city}."))
-    schema = {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
-        "required": ["name", "age", "city"],
-        "additionalProperties": False,
-    }
-    fmt = {"type": "json_schema", "json_schema": {"name": "Person", "schema": schema, "strict": True}}
+    fmt = _strict_object(
+        "Person", {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}}
+    )
     return text, {"name": name, "age": age, "city": city}, fmt
 
 
@@ -555,17 +562,14 @@ def _event(b: _Builder) -> tuple[str, dict[str, Any], dict[str, Any]]:
     title, date = pools.title(rng, (1, 3)), P.date(rng)
     people = [pools.first_name(rng) for _ in range(rng.randint(1, 4))]
     text = f"{title} takes place on {date}; {P.join_names(people)} will attend."
-    schema = {
-        "type": "object",
-        "properties": {
+    fmt = _strict_object(
+        "Event",
+        {
             "title": {"type": "string"},
             "date": {"type": "string"},
             "attendees": {"type": "array", "items": {"type": "string"}},
         },
-        "required": ["title", "date", "attendees"],
-        "additionalProperties": False,
-    }
-    fmt = {"type": "json_schema", "json_schema": {"name": "Event", "schema": schema, "strict": True}}
+    )
     return text, {"title": title, "date": date, "attendees": people}, fmt
 
 
@@ -573,17 +577,9 @@ def _product(b: _Builder) -> tuple[str, dict[str, Any], dict[str, Any]]:
     rng, pools = b.rng, b.pools
     name, price, stock = pools.title(rng, (1, 2)), P.amount(rng), rng.random() < 0.6
     text = f"The {name} costs {price} and is {'in stock' if stock else 'out of stock'}."
-    schema = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "price": {"type": "number"},
-            "in_stock": {"type": "boolean"},
-        },
-        "required": ["name", "price", "in_stock"],
-        "additionalProperties": False,
-    }
-    fmt = {"type": "json_schema", "json_schema": {"name": "Product", "schema": schema, "strict": True}}
+    fmt = _strict_object(
+        "Product", {"name": {"type": "string"}, "price": {"type": "number"}, "in_stock": {"type": "boolean"}}
+    )
     return text, {"name": name, "price": price, "in_stock": stock}, fmt
 
 
