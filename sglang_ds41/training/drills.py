@@ -9,7 +9,7 @@ drill is nothing but copy targets, so its gradient points at the circuit from th
 Two kinds, drawn evenly, both over ids the corpus itself uses (no new embedding rows to ship):
 
 * periodic: a random segment of 3-16 ids repeated to the drill's length; every id from the
-  second of the second period on is predictable;
+  second id of the second period on is predictable;
 * spans: random runs of ids, and (about two thirds of the time) copies of 3-16 ids from
   anywhere earlier; each copied id after the copy's first is predictable.
 
