@@ -129,8 +129,7 @@ class Run:
                     packed = next(stream)
                     batch = packed.batch
                 started = time.perf_counter()
-                loss, n_tokens = self._step(batch)
-                self.step += 1
+                loss, n_tokens = self.optimize(batch)
                 if not drilling:
                     self.position = (packed.window_start, packed.in_window + 1)
                 record = {
@@ -151,7 +150,10 @@ class Run:
                     self.save()
         bar.close()
 
-    def _step(self, batch) -> tuple[float, int]:
+    def optimize(self, batch) -> tuple[float, int]:
+        """One optimizer step on `batch` at the schedule's learning rate; advances `step`.
+        Returns the loss and the batch's token count. `train` feeds it the corpus and drills;
+        a diagnostic may feed it anything (benchmarks/copy_circuit.py)."""
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
         rounding = self.step >= self.settings.qat_from * self.settings.steps
@@ -170,6 +172,7 @@ class Run:
         torch.nn.utils.clip_grad_norm_(params, self.settings.clip)
         self.optimizer.step()
         self._update_router_bias()
+        self.step += 1
         return float(loss.detach()), int(batch.ids.numel())
 
     def _count_load(self, layer: int):
