@@ -76,8 +76,7 @@ class PreviousToken:
 
     def of(self, embeddings: torch.Tensor) -> torch.Tensor:
         previous = torch.roll(embeddings, 1, 0)
-        starts = torch.cumsum(self.batch.lengths, 0) - self.batch.lengths
-        previous[starts] = 0
+        previous[self.batch.chunks.offsets[:-1]] = 0  # each sequence's first row
         return previous @ self.rotation.T
 
 
