@@ -275,10 +275,13 @@ class SlotState:
     def write_tokens(self, slots: torch.Tensor, ids: torch.Tensor) -> None:
         self.full[slots, :TOKEN_BYTES] = ids.to(torch.int32).reshape(-1, 1).view(torch.uint8)
 
-    def history_ids(self, span: Span, n: int) -> torch.Tensor:
-        """Ids of the (up to) n tokens right before the span's start."""
-        rows = self.full[span.slots[max(0, span.start - n) : span.start], :TOKEN_BYTES]
-        return rows.contiguous().view(torch.int32).reshape(-1).to(torch.int64)
+    def history_ids(self, spans: list[Span], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ids of the (up to) n tokens right before each span's start, concatenated, and how
+        many each span has: one gather for the batch."""
+        slots = [span.slots[max(0, span.start - n) : span.start] for span in spans]
+        counts = torch.tensor([s.numel() for s in slots], dtype=torch.int64)
+        rows = self.full[torch.cat(slots), :TOKEN_BYTES]
+        return rows.contiguous().view(torch.int32).reshape(-1).to(torch.int64), counts
 
     # ---- attention state ------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layer import EngramLayer
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.fast import mhc, moe
+from sglang_ds41.fast import hashing, mhc, moe
 from sglang_ds41.model import Attention, HyperConnection, MoE, Published, RMSNorm, first_pre, upcast
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.vision import VisionTower
@@ -171,13 +171,9 @@ class DeepseekV41Model(nn.Module):
 
     def engram_rows(self, input_ids: torch.Tensor, spans: list[Span], store: SlotState) -> torch.Tensor:
         """Hash the batch's chunks, each continuing the history rebuilt from its slots' token ids."""
-        n = self.hasher.history_len
-        before = [store.history_ids(span, n) for span in spans]
-        history = self.hasher.history_of(
-            torch.cat(before) if before else input_ids.new_zeros(0), torch.tensor([b.numel() for b in before])
-        )
-        rows, _ = self.hasher.extend(history, input_ids, torch.tensor([s.length for s in spans]))
-        return rows
+        before, counts = store.history_ids(spans, self.hasher.history_len)
+        lengths = torch.tensor([s.length for s in spans], dtype=torch.int64)
+        return hashing.rows(self.hasher, before, counts, input_ids, lengths)
 
 
 @contextlib.contextmanager
