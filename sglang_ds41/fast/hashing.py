@@ -6,8 +6,8 @@ each continuing the raw ids before it, as one compiled loop.
 
 The plain path compresses the look-back ids, rebuilds each request's history, builds the
 windows and hashes them in ~300 small ops (~0.4 ms a decode step, as much as a layer's MoE);
-here each token's window is read, compressed, blocked and hashed in place. Integer arithmetic
-only, so the rows are the oracle's exactly.
+here the ids are compressed by the hasher (its rule for dead ids) and each token's window is
+read, blocked and hashed in place. Integer arithmetic only, so the rows are the oracle's exactly.
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ from .jit import compiled, numpy_of
 
 
 @compiled
-def _rows(
-    before, before_counts, ids, lengths, token_map, image_id, pad, multipliers, primes, offsets, n_heads, out
-):
+def _rows(before, before_counts, ids, lengths, pad, multipliers, primes, offsets, n_heads, out):
     """out [T, L, C] = the row ids of every chunk token; `before` holds each request's (up to
-    N-1) raw ids before its chunk, oldest first; `image_id` < 0 when there is none."""
+    N-1) compressed ids before its chunk, oldest first; `BLOCKED` (< 0) marks a dead id."""
     n = multipliers.shape[1]
     layers = multipliers.shape[0]
-    map_size = token_map.shape[0]
     window = np.empty(n, np.int64)
     b0, t0 = 0, 0
     for r in range(lengths.shape[0]):
@@ -38,14 +35,13 @@ def _rows(
             blocked = False
             for s in range(n):
                 j = k - s  # in-chunk index of look-back s; < 0 reaches into `before`
-                raw = -1
+                c = BLOCKED
                 if j >= 0:
-                    raw = ids[t - s]
+                    c = ids[t - s]
                 elif -j <= have:
-                    raw = before[b0 + have + j]
-                live = 0 <= raw < map_size and raw != image_id
-                blocked = blocked or not live  # once a look-back is blocked, every older one is
-                window[s] = pad if blocked else token_map[raw]
+                    c = before[b0 + have + j]
+                blocked = blocked or c < 0  # once a look-back is blocked, every older one is
+                window[s] = pad if blocked else c
             for layer in range(layers):
                 rho = window[0] * multipliers[layer, 0]
                 for s in range(1, n):
@@ -66,21 +62,17 @@ def rows(
 ) -> torch.Tensor:
     """Row ids [T, n_engram_layers, n_columns] of chunks `ids` (concatenated, `lengths [R]`),
     request r's chunk following the `before_counts[r]` <= N-1 raw ids of `before` (concatenated)."""
-    layout = hasher.layout
     out = torch.empty(ids.numel(), *hasher.primes.shape, dtype=torch.int64)
-    image_id = BLOCKED if hasher.image_token_id is None else hasher.image_token_id
     _rows(
-        numpy_of(before.to(torch.int64)),
+        numpy_of(hasher.compress(before).reshape(-1)),  # the hasher's own rule for dead ids
         numpy_of(before_counts.to(torch.int64)),
-        numpy_of(ids.to(torch.int64).reshape(-1)),
+        numpy_of(hasher.compress(ids).reshape(-1)),
         numpy_of(lengths.to(torch.int64)),
-        numpy_of(hasher.token_map),
-        image_id,
         hasher.pad,
         numpy_of(hasher.multipliers),
         numpy_of(hasher.primes),
         numpy_of(hasher.offsets),
-        layout.n_heads,
+        hasher.layout.n_heads,
         numpy_of(out),
     )
     return out
