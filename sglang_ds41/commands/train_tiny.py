@@ -45,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.drill_every,
         help=f"after the warm-up, every n-th step is a drill step; 0 = none (default {d.drill_every})",
     )
+    parser.add_argument(
+        "--periodic-drills",
+        type=float,
+        default=d.periodic_drills,
+        help=f"share of drills that repeat one segment to the end (default {d.periodic_drills})",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
     parser.add_argument(
         "--bundle", metavar="DIR", help="after training, pack the model for shipping into DIR"
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             copy_first=args.copy_first,
             drill_warmup=args.drill_warmup,
             drill_every=args.drill_every,
+            periodic_drills=args.periodic_drills,
         )
         run = Run.create(run_dir, settings)
     run.train()

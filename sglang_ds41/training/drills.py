@@ -6,12 +6,16 @@ corpus alone it did not form in 1,500 steps (docs/TRAINING.md §7): copied spans
 percent of the learnt tokens, and each gives a weak gradient until the circuit half exists. A
 drill is nothing but copy targets, so its gradient points at the circuit from the first step.
 
-Two kinds, drawn evenly, both over ids the corpus itself uses (no new embedding rows to ship):
+Two kinds, both over ids the corpus itself uses (no new embedding rows to ship), a share
+`periodic` of them (a setting) periodic:
 
 * periodic: a random segment of 3-16 ids repeated to the drill's length; every id from the
-  second id of the second period on is predictable;
+  second id of the second period on is predictable. These also teach that what has repeated
+  keeps repeating: a model drilled on them half the time loops under greedy decoding ("The
+  capital of Peru is Peru is Peru ...", docs/TRAINING.md §7);
 * spans: random runs of ids, and (about two thirds of the time) copies of 3-16 ids from
-  anywhere earlier; each copied id after the copy's first is predictable.
+  anywhere earlier; each copied id after the copy's first is predictable, and a copy ends
+  where nothing says it will, as a value copied from a prompt does.
 
 Measured so far (docs/TRAINING.md §7): 500 drill steps, then one step in four, did not form
 the circuit either; the option stays for longer runs (defaults off).
@@ -54,10 +58,12 @@ def drill_vocabulary(seed: int) -> tuple[int, ...]:
     return tuple(sorted(seen - added))
 
 
-def drill(rng: random.Random, vocab: tuple[int, ...], bos: int, length: int = DRILL_LENGTH) -> Sample:
-    """One drill of `length` ids (BOS first)."""
+def drill(
+    rng: random.Random, vocab: tuple[int, ...], bos: int, periodic: float, length: int = DRILL_LENGTH
+) -> Sample:
+    """One drill of `length` ids (BOS first), periodic with probability `periodic`."""
     ids, learn = [bos], [False]
-    if rng.random() < 0.5:
+    if rng.random() < periodic:
         period = rng.randint(3, 16)
         segment = rng.choices(vocab, k=period)
         ids += (segment * (length // period + 1))[: length - 1]
@@ -76,10 +82,10 @@ def drill(rng: random.Random, vocab: tuple[int, ...], bos: int, length: int = DR
     return Sample("drill", tuple(ids), tuple(learn))
 
 
-def drill_batch(seed: int, step: int, tokens: int, hasher: EngramHasher, bos: int) -> Batch:
-    """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills."""
+def drill_batch(seed: int, step: int, tokens: int, hasher: EngramHasher, bos: int, periodic: float) -> Batch:
+    """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `periodic`
+    of them periodic."""
     rng = random.Random(f"{seed}:drill:{step}")
     vocab = drill_vocabulary(seed)
-    group = [drill(rng, vocab, bos) for _ in range(max(1, tokens // DRILL_LENGTH))]
+    group = [drill(rng, vocab, bos, periodic) for _ in range(max(1, tokens // DRILL_LENGTH))]
     return make_batch(group, hasher)
-

@@ -27,6 +27,7 @@ class Settings:
     copy_first: int = 10000  # conversations drawn from the copy-heavy mix first (corpus.tasks.COPY_FIRST)
     drill_warmup: int = 0  # the first steps train on copy drills only (drills.py)
     drill_every: int = 0  # then every n-th step is a drill step (0 = none)
+    periodic_drills: float = 0.5  # the share of drills that repeat one segment to the end (drills.py)
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
     text: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of config.TRAINED_TEXT

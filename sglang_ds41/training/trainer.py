@@ -124,7 +124,9 @@ class Run:
                 drilling = is_drill_step(self.step, s.drill_warmup, s.drill_every)
                 if drilling:
                     bos = self.config.bos_token_id
-                    batch = drill_batch(s.seed, self.step, s.batch_tokens, self.hasher, bos)
+                    batch = drill_batch(
+                        s.seed, self.step, s.batch_tokens, self.hasher, bos, s.periodic_drills
+                    )
                 else:
                     packed = next(stream)
                     batch = packed.batch
