@@ -218,7 +218,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     metrics = ["call.exact", "loop.success", "json.valid", "json.fields", "short.correct", "answer.facts",
-               "perplexity"]  # fmt: skip
+               "ended", "perplexity"]  # fmt: skip
     print("| variant | " + " | ".join(metrics) + " |")
     print("|---" * (len(metrics) + 1) + "|")
     for name, summary in rows.items():

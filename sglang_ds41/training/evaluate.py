@@ -14,6 +14,11 @@ the corpus would have written. Scores, per case kind:
 * `short`  — a short answer (a remembered capital, a value read from the prompt) contains the
              expected value.
 
+`ended` (over every case) is the share of turns that ended by themselves (a stop or tool calls)
+rather than at the token limit: a model that copies can also loop ("Peru is Peru is Peru ..."),
+which the per-kind scores alone would not show. Completers put the turn's `finish_reason` beside
+the message's fields for it.
+
 `loop` runs the weather-average task end to end (get_weather for each city, calculate, the
 answer) with tools that answer from a table, and counts a success when the final answer holds
 the exact average. `perplexity` is exp of the mean loss over the assistant tokens of held-out
@@ -35,6 +40,7 @@ from .corpus import tasks as T
 from .corpus.pools import HELD_OUT, Pools
 
 KINDS = ("call", "answer", "json", "short")
+FINISH = "finish_reason"  # the completers' key for why a turn ended, beside the message fields
 CASE_FAMILIES = ("tool", "weather", "compute", "files", "json", "capital", "copy")
 
 
@@ -155,6 +161,7 @@ class Report:
         for row in self.per_case:
             for name, value in row["scores"].items():
                 out.setdefault(f"{row['kind']}.{name}", []).append(value)
+            out.setdefault("ended", []).append(float(row["got"].get(FINISH) != "length"))
         return {k: round(sum(v) / len(v), 4) for k, v in sorted(out.items())} | {"cases": len(self.per_case)}
 
 
@@ -214,7 +221,8 @@ def run_loop(completer: Completer, task: LoopTask, max_turns: int = 6) -> tuple[
     for _ in range(max_turns):
         got = completer.complete(body)
         messages.append(
-            {k: v for k, v in got.items() if v} | {"role": "assistant", "content": got.get("content") or ""}
+            {k: v for k, v in got.items() if v and k != FINISH}
+            | {"role": "assistant", "content": got.get("content") or ""}
         )
         calls = got.get("tool_calls") or []
         if not calls:
@@ -254,7 +262,7 @@ class ReferenceCompleter:
         ids = generate(self.model, encode_prompt(rendered), self.max_new_tokens, stop_ids=(Special.EOS.id,))
         finish = "stop" if ids and ids[-1] == Special.EOS.id else "length"
         message = parse_ids(ids[:-1] if finish == "stop" else ids, rendered.parsing, finish)
-        return message.to_openai()
+        return message.to_openai() | {FINISH: message.finish_reason}
 
 
 class ServerCompleter:
@@ -272,7 +280,7 @@ class ServerCompleter:
             **fields, temperature=0, max_tokens=self.max_tokens, extra_body=extra
         )
         message = reply.choices[0].message.model_dump(exclude_none=True)
-        return message | {"content": message.get("content") or ""}
+        return message | {"content": message.get("content") or "", FINISH: reply.choices[0].finish_reason}
 
 
 def perplexity(model, seed: int, n: int) -> float:
