@@ -90,16 +90,19 @@ def _site_weights(site: HyperConnection, dtype: torch.dtype) -> tuple[torch.Tens
 
 @compiled
 def _collapse_norm(r, pre, weight, eps, out):
+    """The sums run along D (contiguous, so they vectorise), each element's terms in the
+    order k = 0..hc-1 as before."""
     t_rows, hc, d = r.shape
     x = np.empty(d)
     for t in range(t_rows):
+        x[:] = 0.0
+        for k in range(hc):
+            p = pre[t, k]
+            for i in range(d):
+                x[i] += p * r[t, k, i]
         ss = 0.0
         for i in range(d):
-            v = 0.0
-            for k in range(hc):
-                v += pre[t, k] * r[t, k, i]
-            x[i] = v
-            ss += v * v
+            ss += x[i] * x[i]
         scale = 1.0 / np.sqrt(ss / d + eps)
         for i in range(d):
             out[t, i] = x[i] * scale * weight[i]
@@ -117,20 +120,26 @@ def collapse_norm(r: torch.Tensor, pre: torch.Tensor, norm: RMSNorm) -> torch.Te
 
 @compiled
 def _expand(r, y, post, comb, out):
+    """Accumulates in `out` along D (contiguous: 9x faster than a sum per element at T = 512),
+    each element's terms in the oracle's order, rounded to out's dtype at every step: the
+    wrapper sends mixed dtypes to the oracle."""
     t_rows, hc, d = r.shape
     for t in range(t_rows):
         for k in range(hc):
+            p = post[t, k]
             for i in range(d):
-                v = post[t, k] * y[t, i]
-                for j in range(hc):
-                    v += comb[t, j, k] * r[t, j, i]
-                out[t, k, i] = v
+                out[t, k, i] = p * y[t, i]
+            for j in range(hc):
+                c = comb[t, j, k]
+                for i in range(d):
+                    out[t, k, i] += c * r[t, j, i]
 
 
 def expand(r: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
     """`mhc.expand`: R' = post * y + comb^T R, [T, hc, D] in R's dtype."""
-    if not compiles(r):
+    post, comb = upcast(post), upcast(comb)
+    if not compiles(r) or not r.dtype == y.dtype == post.dtype == comb.dtype:
         return mhc.expand(r, y, post, comb)
     out = torch.empty_like(r)
-    _expand(numpy_of(r), numpy_of(y), numpy_of(upcast(post)), numpy_of(upcast(comb)), numpy_of(out))
+    _expand(numpy_of(r), numpy_of(y), numpy_of(post), numpy_of(comb), numpy_of(out))
     return out

@@ -54,6 +54,17 @@ def test_float32_stays_within_float32_rounding(parts):
     )
 
 
+def test_float32_expand_stays_within_float32_rounding(parts):
+    cfg, site, _ = parts
+    gen = torch.Generator().manual_seed(4)
+    r = torch.randn(300, cfg.hc_mult, cfg.hidden_size, generator=gen)
+    y = torch.randn(300, cfg.hidden_size, generator=gen)
+    coeffs = site(r.double())
+    post, comb = coeffs.post.float(), coeffs.comb.float()
+    got = fast.expand(r, y, post, comb)
+    assert got.dtype == torch.float32 and relative(got, expand(r, y, post, comb)) < 1e-6
+
+
 def test_a_changed_weight_is_seen(parts):
     """The prepared weights follow an in-place update of the site's parameters."""
     cfg, site, _ = parts

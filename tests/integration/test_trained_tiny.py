@@ -94,6 +94,21 @@ def test_an_invoice_comes_back_as_json_valid_under_its_schema(client):
     jsonschema.validate(invoice, invoice_schema()["json_schema"]["schema"])
 
 
+def test_turns_end_by_themselves_rather_than_looping_to_the_token_limit(client):
+    """A model that copies can also loop ("The capital of Peru is Peru is Peru ..."); the
+    shipped one must end each of these turns well before 300 tokens."""
+    city, label = HELD.city(random.Random(31)), HELD.made_up_word(random.Random(32)).lower()
+    asks = [
+        (f"What is the weather in {city}?", [toolbank.GET_WEATHER, toolbank.CALCULATE]),
+        ("What is the capital of Peru?", None),
+        (f"Remember the word {label}. Which word did I ask you to remember?", None),
+        ("Compute 1234 + 4321.", [toolbank.CALCULATE]),
+    ]
+    for text, tools in asks:
+        reply = _ask(client, text, max_tokens=300, **({"tools": tools} if tools else {}))
+        assert reply.choices[0].finish_reason in ("stop", "tool_calls"), (text, reply.choices[0].message)
+
+
 def test_the_server_writes_the_reference_models_greedy_answer(server):
     """Exactness on trained weights: the served greedy turn (reasoning, content, calls) equals the
     pure-PyTorch reference model's for held-out requests of three task shapes."""
