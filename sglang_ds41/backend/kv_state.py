@@ -19,6 +19,11 @@ and a prefix hit, a continuing chunk and a decode step all read it back the same
   a ratio-2 entry is split in halves over the pair's two slots. Those are `2k, 2k+1` only when
   SGLang pages are even-sized (slot % page == position % page), hence `--page-size 2` (checked
   by the model);
+* `index_keys[source][group]`: the index key of each compressed entry once more, decoded, written
+  by the same `commit` as its packed bytes: the indexer scores every entry of a request at
+  every decode step, and decoding them all each step was most of what a 16k-context step adds
+  to a 512 one (the bytes stay the stored state; these rows are their decoded copy, 4 B per
+  value, like `pending` kept beside SGLang's pool, whose K/V-moving features the launcher refuses);
 * `pending[source][req_pool_idx]`: the ratio-2 (a, z) rows of an even token whose partner has
   not arrived. Only a continuing chunk or decode step of the same request starts at an odd
   position (radix hits are page-aligned, so even), so a per-request-slot ring is enough; the
@@ -214,6 +219,10 @@ class SlotState:
             }
             for s, ratio in self.ratio.items()
         }
+        self.index_keys = {
+            s: torch.zeros(rows // ratio + 1, cfg.index_head_dim, dtype=dtype, device=device)
+            for s, ratio in self.ratio.items()
+        }
         self.pending, self.pending_pos = {}, {}
         self._forward: ForwardRows | None = None  # this forward's rows, see begin_forward
         for s, ratio in self.ratio.items():
@@ -333,7 +342,9 @@ class SlotState:
                 f"{new.kv.shape[0]} were projected"
             )
         self._write(layer, "latent", groups, self.latent_codec.encode(new.rotated))
-        self._write(layer, "index", groups, self.index_codec.encode(new.index_keys))
+        keys = self.index_codec.encode(new.index_keys)
+        self._write(layer, "index", groups, keys)
+        self.index_keys[layer][groups] = self.index_codec.decode(keys, self.dtype)
         if new.pending is not None:
             unpaired = fwd.chunks.ends % 2 == 1
             rows = fwd.req_rows[unpaired]
@@ -355,7 +366,7 @@ class ForwardRows:
     window: torch.Tensor  # [W] window-pool rows of positions [window start, end) per request
     new_window: torch.Tensor  # [T] window-pool rows of the new tokens
     groups: dict[int, torch.Tensor]  # KV source -> [E] slot group (first slot // ratio) of each entry
-    # SlotView's last decoded rows per (KV source, part): (entry ids, rows)
+    # SlotView's last rows read per (KV source, part): (entry ids, rows)
     last_decoded: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
@@ -372,9 +383,11 @@ class SlotView:
         return store.window_codec.decode(store.window[self.layer][self.rows_of.window], store.dtype)
 
     def index_keys(self, ids: torch.Tensor) -> torch.Tensor:
-        # An index source and a Reindex layer of one KV source (official: 20 and 24..36) score
-        # the same entries in a decode step: the last block decoded per source is kept.
-        return self._decoded("index", self.store.index_codec, ids)
+        # Decoded when committed (SlotState.index_keys), gathered here; an index source and a
+        # Reindex layer of one KV source (official: 20 and 24..36) score the same entries in a
+        # decode step, so the last gather per source is kept.
+        keys = self.store.index_keys[self.source]
+        return self._kept("index", ids, lambda groups: keys.index_select(0, groups))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         # The layers reading one KV source attend the same entries when each token picks all
@@ -382,14 +395,21 @@ class SlotView:
         return self._decoded("latent", self.store.latent_codec, ids)
 
     def _decoded(self, part: str, codec, ids: torch.Tensor) -> torch.Tensor:
-        """The `part` rows of entries `ids` of this layer's KV source, decoded; the last ones
-        decoded per source and part are kept for this forward (a source's entries are all
-        committed before any layer reads them)."""
+        """The `part` rows of entries `ids` of this layer's KV source, decoded from the bytes."""
+        store = self.store
+        return self._kept(
+            part, ids, lambda groups: codec.decode(store._read(self.source, part, groups), store.dtype)
+        )
+
+    def _kept(
+        self, part: str, ids: torch.Tensor, rows_of: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """`rows_of(slot groups of entries ids)`; the last rows read per source and part are
+        kept for this forward (a source's entries are all committed before any layer reads them)."""
         key = (self.source, part)
         last = self.rows_of.last_decoded.get(key)
         if last is not None and last[0].shape == ids.shape and torch.equal(last[0], ids):
             return last[1]
-        store, groups = self.store, self.rows_of.groups[self.source][ids]
-        decoded = codec.decode(store._read(self.source, part, groups), store.dtype)
-        self.rows_of.last_decoded[key] = (ids, decoded)
-        return decoded
+        rows = rows_of(self.rows_of.groups[self.source][ids])
+        self.rows_of.last_decoded[key] = (ids, rows)
+        return rows

@@ -1,6 +1,7 @@
-"""What a forward reads back from the packed pool (`kv_state.SlotView`): the index keys of every
-visible entry (the indexer scores them all, MODEL.md §4.5), but the latents of the entries
-attention picked only: a decode step decodes O(top-k) latents per layer, not O(context)."""
+"""What a forward reads back from the packed pool (`kv_state.SlotView`): the latents of the
+entries attention picked only, so a decode step decodes O(top-k) latents per layer, not
+O(context); the index keys of every visible entry (the indexer scores them all, MODEL.md §4.5)
+come from their copy decoded at commit (`SlotState.index_keys`), which must equal the bytes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
+from sglang_ds41.backend.kv_state import Span
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
 
 from ._slots import Slots, run
@@ -42,8 +44,7 @@ def test_a_decode_step_decodes_the_picked_latents_only(backend):
     slots = Slots(text)
     run(backend, slots, [(1, PROMPT)])
     reads = reads_of_one_step(backend, slots, [(1, [7])])  # position 40: 20 and 41 entries
-    assert reads[2, "index"] == 20  # layer 2 scores all of source 2's entries
-    assert reads[4, "index"] == 41  # layers 4 and 6 score all of source 4's: decoded once
+    assert reads[2, "index"] == reads[4, "index"] == 0  # decoded when committed
     k = text.index_topk
     assert 0 < reads[2, "latent"] <= 2 * k and 0 < reads[4, "latent"] <= 4 * k
 
@@ -53,9 +54,8 @@ def test_a_batch_of_decode_steps_reads_each_requests_picks(backend):
     slots = Slots(text)
     run(backend, slots, [(1, PROMPT), (2, PROMPT[:21]), (3, PROMPT[:6])])
     reads = reads_of_one_step(backend, slots, [(1, [7]), (2, [8]), (3, [9])])
-    assert reads[4, "index"] == 41 + 22 + 7
-    assert reads[2, "index"] == 20 + 11 + 3
-    assert reads[4, "latent"] <= 4 * 3 * text.index_topk
+    assert reads[4, "index"] == reads[2, "index"] == 0
+    assert 0 < reads[4, "latent"] <= 4 * 3 * text.index_topk
 
 
 def test_a_prefill_decodes_each_source_s_latents_once(backend):
@@ -64,3 +64,24 @@ def test_a_prefill_decodes_each_source_s_latents_once(backend):
     prompt = PROMPT + PROMPT[:4]  # 44 tokens: 22 entries of source 2 (ratio 2), 44 of source 4 (ratio 1)
     reads = reads_of_one_step(backend, slots, [(1, prompt)])
     assert reads[2, "latent"] == 22 and reads[4, "latent"] == 44
+
+
+def test_the_decoded_index_keys_equal_the_stored_bytes_after_shared_and_reused_slots(backend):
+    """Prefill, decode, a request over the first one's prefix slots (a radix hit), then a request
+    in the second one's slots again (freed and handed out anew): every group's decoded key is
+    what its bytes decode to."""
+    slots = Slots(backend.v41.text)
+    run(backend, slots, [(1, PROMPT), (2, PROMPT[:9])])
+    run(backend, slots, [(1, [7]), (2, [8])])
+    slots.share(3, 1, 30)
+    run(backend, slots, [(3, [5, 6, 7])])
+    reused = slots.req_to_token[2, :10].clone()
+    span = Span(4, 0, 10, 0, reused)
+    backend.next_token_logits(torch.tensor(PROMPT[20:30]), torch.arange(10), reused, [span], slots.store)
+    store, committed = slots.store, 0
+    for source, ratio in store.ratio.items():
+        groups = torch.arange(store.rows // ratio)
+        decoded = store.index_codec.decode(store._read(source, "index", groups), store.dtype)
+        assert torch.equal(store.index_keys[source][: len(groups)], decoded), source
+        committed += int((decoded != 0).any(-1).sum())
+    assert committed > 60  # the forwards above committed entries of both sources
