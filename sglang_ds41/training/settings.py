@@ -32,5 +32,15 @@ class Settings:
     save_every: int = 50
     text: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of config.TRAINED_TEXT
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Settings:
+        """The settings of a `settings.json`; a setting added after the file was written takes
+        the value that reproduces what runs did before it existed, not today's default."""
+        return cls(**(ADDED_LATER | record))
+
     def config(self) -> V41Config:
         return V41Config.from_dict(trained_config(text=self.text), source="training settings")
+
+
+# What runs did before these settings existed (their files lack them).
+ADDED_LATER: dict[str, Any] = {"periodic_drills": 0.5}

@@ -79,7 +79,7 @@ class Run:
     def resume(cls, run_dir: str | Path) -> Run:
         run_dir = Path(run_dir)
         try:
-            settings = Settings(**json.loads((run_dir / SETTINGS_FILE).read_text()))
+            settings = Settings.from_record(json.loads((run_dir / SETTINGS_FILE).read_text()))
         except FileNotFoundError:
             raise Ds41Error(f"{run_dir}: no {SETTINGS_FILE}; not a training run directory") from None
         run = cls(run_dir, settings)

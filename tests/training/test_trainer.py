@@ -59,3 +59,14 @@ def test_a_run_with_copy_drills_resumes_exactly_and_keeps_its_corpus_place(tmp_p
     plain = Run.create(tmp_path / "c", Settings(**{**SMALL.__dict__, "steps": 2}))
     plain.train(progress_bar=False)
     assert straight.position == plain.position  # drill steps do not consume the corpus
+
+
+def test_a_run_written_before_a_setting_existed_resumes_as_it_ran(tmp_path):
+    """Its settings.json lacks `periodic_drills`: the run drew half of its drills periodic."""
+    Run.create(tmp_path / "a", Settings(**{**SMALL.__dict__, "periodic_drills": 0.0})).save()
+    path = tmp_path / "a" / "settings.json"
+    assert Run.resume(tmp_path / "a").settings.periodic_drills == 0.0
+    record = json.loads(path.read_text())
+    del record["periodic_drills"]
+    path.write_text(json.dumps(record))
+    assert Run.resume(tmp_path / "a").settings.periodic_drills == 0.5
