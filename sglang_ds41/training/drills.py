@@ -10,16 +10,15 @@ Two kinds, both over ids the corpus itself uses (no new embedding rows to ship),
 `periodic` of them (a setting) periodic:
 
 * periodic: a random segment of 3-16 ids repeated to the drill's length; every id from the
-  second id of the second period on is predictable. These also teach that what has repeated
-  keeps repeating: a model drilled on them half the time loops under greedy decoding ("The
-  capital of Peru is Peru is Peru ...", docs/TRAINING.md §7);
+  second id of the second period on is predictable;
 * spans: random runs of ids, and (about two thirds of the time) copies of 3-16 ids from
   anywhere earlier; each copied id after the copy's first is predictable, and a copy ends
   where nothing says it will, as a value copied from a prompt does.
 
 Measured (docs/TRAINING.md §7): at the learning rate of 3e-3 drills did not form the circuit;
-at 1e-3 they did (drill loss 6.8 -> 3.9 in 2,000 steps), and with half of them periodic the
-model also learnt to loop. The defaults are off: the shipped model was trained without drills.
+at 1e-3 they did (drill loss 6.8 -> 3.9 in 2,000 steps), and the model then copied, but also
+looped under greedy decoding ("The capital of Peru is Peru is Peru ..."), with or without the
+periodic kind. The defaults are off: the shipped model was trained without drills.
 
 A drill step's batch is a pure function of (seed, step), so a resumed run replays it exactly.
 """
