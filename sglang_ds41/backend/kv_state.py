@@ -22,8 +22,8 @@ and a prefix hit, a continuing chunk and a decode step all read it back the same
 * `index_keys[source][group]`: the index key of each compressed entry once more, decoded, written
   by the same `commit` as its packed bytes: the indexer scores every entry of a request at
   every decode step, and decoding them all each step was most of what a 16k-context step adds
-  to a 512 one (the bytes stay the stored state; these rows are their decoded copy, 4 B per
-  value, like `pending` kept beside SGLang's pool, whose K/V-moving features the launcher refuses);
+  to a 512 one (the bytes stay the stored state; these rows are their decoded copy, in the
+  model dtype, like `pending` kept beside SGLang's pool, whose K/V-moving features the launcher refuses);
 * `pending[source][req_pool_idx]`: the ratio-2 (a, z) rows of an even token whose partner has
   not arrived. Only a continuing chunk or decode step of the same request starts at an odd
   position (radix hits are page-aligned, so even), so a per-request-slot ring is enough; the
