@@ -367,7 +367,7 @@ class ForwardRows:
     new_window: torch.Tensor  # [T] window-pool rows of the new tokens
     groups: dict[int, torch.Tensor]  # KV source -> [E] slot group (first slot // ratio) of each entry
     # SlotView's last rows read per (KV source, part): (entry ids, rows)
-    last_decoded: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    last_read: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 class SlotView:
@@ -407,9 +407,9 @@ class SlotView:
         """`rows_of(slot groups of entries ids)`; the last rows read per source and part are
         kept for this forward (a source's entries are all committed before any layer reads them)."""
         key = (self.source, part)
-        last = self.rows_of.last_decoded.get(key)
+        last = self.rows_of.last_read.get(key)
         if last is not None and last[0].shape == ids.shape and torch.equal(last[0], ids):
             return last[1]
         rows = rows_of(self.rows_of.groups[self.source][ids])
-        self.rows_of.last_decoded[key] = (ids, rows)
+        self.rows_of.last_read[key] = (ids, rows)
         return rows
