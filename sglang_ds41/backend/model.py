@@ -45,7 +45,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sglang_ds41.checkpoint.load import engram_hasher
@@ -53,8 +52,8 @@ from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layer import EngramLayer
 from sglang_ds41.errors import Ds41Error
-from sglang_ds41.fast import hashing, mhc, moe
-from sglang_ds41.model import Attention, HyperConnection, MoE, Published, RMSNorm, first_pre, upcast
+from sglang_ds41.fast import hashing, head, mhc, moe
+from sglang_ds41.model import Attention, HyperConnection, MoE, Published, RMSNorm, first_pre
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.vision import VisionTower
 
@@ -264,6 +263,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         self.model = DeepseekV41Model(self.v41, engram_hasher(self.v41, model_dir), tp)
         start, stop = tp.vocab_rows(text.vocab_size)
         self.head = nn.Linear(text.hidden_size, stop - start, bias=False)  # this rank's vocab rows
+        self.sglang_head = head.SglangHead(self.head)  # skips the head's all-zero rows
         self.store: SlotState | None = None
         self.vision_tower: VisionTower | None = None  # built by load_weights (it has its own loader)
 
@@ -376,7 +376,7 @@ class DeepseekV41ForCausalLM(nn.Module):
             embeds = images.prompt_embeddings(self, input_ids, forward_batch, self.model.embed)
         input_ids = images.vocab_ids(input_ids, self.model.image_token_id)
         h = self.hidden_states(input_ids, positions, forward_batch.out_cache_loc, spans, store, embeds)
-        out = self.logits_processor(input_ids, h, self.head, forward_batch)
+        out = self.logits_processor(input_ids, h, self.sglang_head, forward_batch)
         if out.next_token_logits is not None:
             out.next_token_logits[:, self.model.image_token_id] = float("-inf")  # needs image embeddings
         return out
@@ -426,7 +426,7 @@ class DeepseekV41ForCausalLM(nn.Module):
         float64 in float64), the image token masked as the server masks it."""
         h = self.hidden_states(input_ids, positions, out_cache_loc, spans, store, input_embeds)
         last = torch.tensor([s.offset + s.length - 1 for s in spans])
-        logits = self.tp.all_gather_last(F.linear(upcast(h[last]), upcast(self.head.weight)))  # [B, vocab]
+        logits = self.tp.all_gather_last(head.logits(self.head, h[last]))  # [B, vocab]
         logits[:, self.model.image_token_id] = float("-inf")
         return logits
 

@@ -1,0 +1,70 @@
+"""The output head over its nonzero rows against the whole GEMM, and SGLang taking it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang_ds41.fast import head as fast
+
+VOCAB, HIDDEN = 5000, 48
+
+
+def make_head(zero_share: float, dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Linear:
+    gen = torch.Generator().manual_seed(seed)
+    layer = nn.Linear(HIDDEN, VOCAB, bias=False, dtype=dtype).requires_grad_(False)
+    layer.weight.copy_(torch.randn(VOCAB, HIDDEN, generator=gen, dtype=dtype))
+    layer.weight[torch.rand(VOCAB, generator=gen) < zero_share] = 0
+    return layer
+
+
+def hidden(tokens: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(tokens, HIDDEN, generator=torch.Generator().manual_seed(tokens), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("tokens", [1, 7])
+def test_mostly_zero_head_gives_the_whole_gemms_logits(dtype, tokens):
+    layer, h = make_head(0.8, dtype), hidden(tokens, dtype)
+    want = F.linear(h.double() if dtype == torch.float64 else h.float(), layer.weight.to(want_dtype(dtype)))
+    got = fast.logits(layer, h)
+    assert got.dtype == want_dtype(dtype) and got.shape == (tokens, VOCAB)
+    zero = layer.weight.eq(0).all(dim=1)
+    assert torch.equal(got[:, zero], torch.zeros_like(got[:, zero]))  # exactly 0, as the GEMM gives
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    assert float((got - want).abs().max() / want.abs().max()) < tolerance
+
+
+def want_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def test_a_head_with_few_zero_rows_is_the_whole_gemm_bit_for_bit():
+    layer, h = make_head(0.1), hidden(3)
+    assert torch.equal(fast.logits(layer, h), F.linear(h, layer.weight))
+
+
+def test_a_weight_changed_in_place_is_seen():
+    """Weights updated in place (SGLang's update_weights_from_disk) must not leave a stale copy."""
+    layer, h = make_head(0.8), hidden(2)
+    fast.logits(layer, h)
+    zero = layer.weight.eq(0).all(dim=1)
+    row, other = int(zero.nonzero()[0]), int((~zero).nonzero()[-1])
+    layer.weight[row] = 1.0
+    layer.weight[other] *= 2
+    got = fast.logits(layer, h)
+    assert torch.allclose(got[:, row], h.sum(dim=1), rtol=1e-5)
+    assert torch.allclose(got, F.linear(h, layer.weight), rtol=1e-5, atol=1e-5)
+
+
+def test_sglang_logits_processor_takes_the_head_through_its_quant_method():
+    from sglang.srt.layers.logits_processor import should_apply_lm_head_quant_method
+
+    layer = make_head(0.8)
+    wrapped = fast.SglangHead(layer)
+    assert wrapped.weight is layer.weight
+    assert should_apply_lm_head_quant_method(wrapped, wrapped.quant_method)
+    h = hidden(4)
+    assert torch.equal(wrapped.quant_method.apply(wrapped, h, None), fast.logits(layer, h))
