@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 
 NAME = "train-tiny"
+# The flags that set `training.settings.Settings` fields of the same name (None = not given).
+SETTING_FLAGS = (
+    "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "periodic_drills",
+)  # fmt: skip
 HELP = (
     "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
     "reproducible from --seed; then pack it for shipping (--bundle) or export a checkpoint (--export)."
@@ -17,39 +21,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's directory (resumed if it holds a run)")
     parser.add_argument(
-        "--seed", type=int, default=d.seed, help=f"everything random follows it (default {d.seed})"
+        "--seed", type=int, default=None, help=f"everything random follows it (default {d.seed})"
     )
-    parser.add_argument("--steps", type=int, default=d.steps, help=f"optimizer steps (default {d.steps})")
+    parser.add_argument("--steps", type=int, default=None, help=f"optimizer steps (default {d.steps})")
     parser.add_argument(
         "--batch-tokens",
         type=int,
-        default=d.batch_tokens,
+        default=None,
         help=f"padded tokens per step (default {d.batch_tokens})",
     )
-    parser.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr})")
+    parser.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default {d.lr})")
     parser.add_argument(
         "--copy-first",
         type=int,
-        default=d.copy_first,
+        default=None,
         help=f"conversations drawn from the copy-heavy mix first (default {d.copy_first})",
     )
     parser.add_argument(
         "--drill-warmup",
         type=int,
-        default=d.drill_warmup,
+        default=None,
         help=f"first steps on copy drills only, to grow the copying circuit (default {d.drill_warmup})",
     )
     parser.add_argument(
         "--drill-every",
         type=int,
-        default=d.drill_every,
+        default=None,
         help=f"after the warm-up, every n-th step is a drill step; 0 = none (default {d.drill_every})",
     )
     parser.add_argument(
         "--periodic-drills",
         type=float,
-        default=d.periodic_drills,
+        default=None,
         help=f"share of drills that repeat one segment to the end (default {d.periodic_drills})",
+    )
+    parser.add_argument(
+        "--continue-from",
+        metavar="SOURCE_RUN",
+        help="start RUN_DIR from SOURCE_RUN's saved step and carry it on with a new --steps "
+        "(and drill settings); the source is not changed",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
     parser.add_argument(
@@ -63,31 +73,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import os
     from pathlib import Path
 
     import torch
 
+    from sglang_ds41.errors import Ds41Error
     from sglang_ds41.training.export import export, ship
     from sglang_ds41.training.trainer import STATE_FILE, Run, Settings
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     run_dir = Path(args.run_dir)
-    if (run_dir / STATE_FILE).exists() or (run_dir / "settings.json").exists():
+    given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
+    if args.continue_from:
+        run = Run.continue_from(args.continue_from, run_dir, **given)
+        print(f"train-tiny: continuing {args.continue_from} from step {run.step} to {run.settings.steps}")
+    elif (run_dir / STATE_FILE).exists() or (run_dir / "settings.json").exists():
+        if given:
+            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            raise Ds41Error(
+                f"{run_dir} holds a run, which resumes with its own settings; {flags} would change "
+                "them: carry it on in a new directory with --continue-from instead"
+            )
         run = Run.resume(run_dir)
         print(f"train-tiny: resuming {run_dir} at step {run.step} of {run.settings.steps}")
     else:
-        settings = Settings(
-            seed=args.seed,
-            steps=args.steps,
-            batch_tokens=args.batch_tokens,
-            lr=args.lr,
-            copy_first=args.copy_first,
-            drill_warmup=args.drill_warmup,
-            drill_every=args.drill_every,
-            periodic_drills=args.periodic_drills,
-        )
-        run = Run.create(run_dir, settings)
+        run = Run.create(run_dir, dataclasses.replace(Settings(), **given))
     run.train()
     if args.bundle:
         print(f"train-tiny: packed the model into {ship(run, args.bundle)}")

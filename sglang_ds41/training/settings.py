@@ -31,6 +31,8 @@ class Settings:
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
     text: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of config.TRAINED_TEXT
+    # A continued run (`Run.continue_from`): the step it started from and its source's settings.
+    continued_from: dict[str, Any] | None = None
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Settings:
@@ -43,4 +45,8 @@ class Settings:
 
 
 # What runs did before these settings existed (their files lack them).
-ADDED_LATER: dict[str, Any] = {"periodic_drills": 0.5}
+ADDED_LATER: dict[str, Any] = {"periodic_drills": 0.5, "continued_from": None}
+
+# What a continued run may change: how long it runs and what it trains on, not the model, the
+# data stream or the optimizer (those make it the same run, carried on).
+CONTINUABLE = ("steps", "drill_warmup", "drill_every", "periodic_drills")

@@ -1,6 +1,7 @@
 """Train the tiny V4.1 on the synthetic corpus: float32, AdamW, reproducible, resumable.
 
-    run = Run.create(run_dir, Settings(...))   # or Run.resume(run_dir)
+    run = Run.create(run_dir, Settings(...))   # or Run.resume(run_dir),
+                                               # or Run.continue_from(source_dir, run_dir, steps=...)
     run.train()                                # tqdm bar with the loss; progress.jsonl beside it
     run.export(out_dir)                        # the official checkpoint layout (`export.py`)
 
@@ -9,7 +10,9 @@ live vocabulary rows, RNG and data positions; written atomically every `save_eve
 at the end) and `progress.jsonl` (one line per step: loss, learning rate, tokens, seconds).
 Everything random comes from the seed: initial values (`init.py`), the rows of new ids
 (`vocab.py`) and the corpus (`data.py`), so a run resumed from any save point ends with the same
-weights as one that was never interrupted.
+weights as one that was never interrupted. A continued run (`continue_from`) is a finished or
+saved run carried on in a new directory with more steps or other drills, so a longer schedule
+can be tried without training again what the source already trained.
 
 The router bias is trained the V4.1 way (no auxiliary loss): after every step each layer's
 bias moves by `bias_rate` towards the experts that got fewer tokens than average.
@@ -38,7 +41,7 @@ from .drills import drill_batch, is_drill_step
 from .forward import EngramTables, forward_hidden
 from .init import initialise
 from .quant import round_like_checkpoint, set_rounding
-from .settings import Settings
+from .settings import CONTINUABLE, Settings
 from .vocab import VocabRows, full_vocab_cross_entropy
 
 SETTINGS_FILE, STATE_FILE, PROGRESS_FILE = "settings.json", "state.pt", "progress.jsonl"
@@ -85,6 +88,37 @@ class Run:
         run = cls(run_dir, settings)
         if (run_dir / STATE_FILE).exists():
             run._load(torch.load(run_dir / STATE_FILE, weights_only=False))
+        elif settings.continued_from is not None:
+            raise Ds41Error(
+                f"{run_dir}: a continued run without its {STATE_FILE} (interrupted while it was being "
+                "made); remove the directory and continue the source run again"
+            )
+        return run
+
+    @classmethod
+    def continue_from(cls, source_dir: str | Path, run_dir: str | Path, **changes: Any) -> Run:
+        """A new run in `run_dir` that carries on `source_dir`'s run from its saved step with some
+        of its settings changed (`settings.CONTINUABLE`: more steps, other drills): its weights,
+        optimizer moments, step counter and corpus place, so the schedule of the longer run
+        continues and no conversation is seen twice. The source is read, never written; the new
+        run records the step and the source's settings (`Settings.continued_from`)."""
+        source_dir, run_dir = Path(source_dir), Path(run_dir)
+        unknown = sorted(set(changes) - set(CONTINUABLE))
+        if unknown:
+            allowed = ", ".join(CONTINUABLE)
+            raise Ds41Error(f"a continued run can change only {allowed}; got {', '.join(unknown)}")
+        if not (source_dir / STATE_FILE).exists():
+            raise Ds41Error(f"{source_dir}: no {STATE_FILE}; nothing to continue from")
+        source = cls.resume(source_dir)
+        steps = changes.get("steps", source.settings.steps)
+        if steps <= source.step:
+            raise Ds41Error(
+                f"{source_dir} is at step {source.step}; a continued run needs --steps above it, got {steps}"
+            )
+        record = {"step": source.step, "settings": dataclasses.asdict(source.settings)}
+        run = cls.create(run_dir, dataclasses.replace(source.settings, **changes, continued_from=record))
+        run._load(torch.load(source_dir / STATE_FILE, weights_only=False))
+        run.save()
         return run
 
     def _groups(self) -> list[dict[str, Any]]:

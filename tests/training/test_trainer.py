@@ -70,3 +70,63 @@ def test_a_run_written_before_a_setting_existed_resumes_as_it_ran(tmp_path):
     del record["periodic_drills"]
     path.write_text(json.dumps(record))
     assert Run.resume(tmp_path / "a").settings.periodic_drills == 0.5
+
+
+def _optimizer_moments(run: Run) -> list[torch.Tensor]:
+    return [t for state in run.optimizer.state_dict()["state"].values() for t in state.values()]
+
+
+def test_a_continued_run_carries_on_its_source_and_resumes_exactly(tmp_path):
+    source = Run.create(tmp_path / "a", SMALL)
+    source.train(progress_bar=False)
+    trained, moments = _state(source), _optimizer_moments(source)
+    carried = Run.continue_from(tmp_path / "a", tmp_path / "b", steps=5, drill_every=2)
+    assert (carried.step, carried.position) == (3, source.position)
+    assert all(torch.equal(trained[k], v) for k, v in _state(carried).items())
+    assert all(torch.equal(a, b) for a, b in zip(moments, _optimizer_moments(carried), strict=True))
+    carried.train(progress_bar=False)
+    records = [json.loads(line) for line in (tmp_path / "b" / PROGRESS_FILE).read_text().splitlines()]
+    # records count the steps done; the 4th and 5th steps, 0-based 3 and 4: every 2nd one drills
+    assert [(r["step"], r["drill"]) for r in records] == [(4, True), (5, False)]
+    again = Run.resume(tmp_path / "a")  # the source is read, never written
+    assert again.step == 3 and all(torch.equal(trained[k], v) for k, v in _state(again).items())
+    recorded = json.loads((tmp_path / "b" / "settings.json").read_text())["continued_from"]
+    assert recorded["step"] == 3 and Settings.from_record(recorded["settings"]) == SMALL
+
+    interrupted = Run.continue_from(tmp_path / "a", tmp_path / "c", steps=5, drill_every=2)
+    interrupted.train(progress_bar=False, until=4)
+    resumed = Run.resume(tmp_path / "c")
+    assert resumed.settings.steps == 5 and resumed.step == 4
+    resumed.train(progress_bar=False)
+    b, c = _state(carried), _state(resumed)
+    assert all(torch.equal(b[k], c[k]) for k in b)
+
+
+def test_a_continuation_refuses_what_would_make_it_another_run(tmp_path):
+    source = Run.create(tmp_path / "a", SMALL)
+    source.train(progress_bar=False, until=2)
+    with pytest.raises(Ds41Error, match=r"can change only .*; got lr"):
+        Run.continue_from(tmp_path / "a", tmp_path / "b", steps=9, lr=1.0)
+    with pytest.raises(Ds41Error, match="at step 2; a continued run needs --steps above it, got 2"):
+        Run.continue_from(tmp_path / "a", tmp_path / "b", steps=2)
+    with pytest.raises(Ds41Error, match="nothing to continue from"):
+        Run.continue_from(tmp_path / "missing", tmp_path / "b", steps=9)
+    with pytest.raises(Ds41Error, match="already holds a training run"):
+        Run.continue_from(tmp_path / "a", tmp_path / "a", steps=9)
+    (tmp_path / "b").mkdir()
+    record = {**SMALL.__dict__, "continued_from": {"step": 2, "settings": SMALL.__dict__}}
+    (tmp_path / "b" / "settings.json").write_text(json.dumps(record))
+    with pytest.raises(Ds41Error, match=r"a continued run without its state\.pt"):
+        Run.resume(tmp_path / "b")  # never a silent fresh start
+
+
+def test_train_tiny_does_not_resume_a_run_with_other_settings(tmp_path, capsys):
+    from sglang_ds41 import cli
+
+    Run.create(tmp_path / "a", SMALL).save()
+    assert (
+        cli.main(["train-tiny", str(tmp_path / "a"), "--steps", "9", "--drill-every", "2", "--threads", "1"])
+        == 2
+    )
+    error = capsys.readouterr().err
+    assert "--steps, --drill-every would change them" in error and "--continue-from" in error
