@@ -7,8 +7,8 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
   compiled RoPE and quantiser, then the oracle's scan, or, in a decode step, one block of
   scores and the selection as one compiled loop (`fast.selection`).
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
-  decode-sized batch gathers each token's rows (`attention.sparse_attention` with half its ops;
-  when they are few, one compiled loop), a prefill block
+  decode-sized batch gathers each token's rows (`attention.sparse_attention`; when they are
+  few, one compiled loop), a prefill block
   whose tokens share most of their rows attends the union of them with one masked GEMM per
   block, which is the same softmax over the same rows without a [T, W + k, Dh] gather.
 """
@@ -27,6 +27,7 @@ from sglang_ds41.model.attention import (
     Projected,
     Published,
     StateView,
+    sparse_attention,
 )
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.indexer import Indexer, visible_counts
@@ -39,7 +40,7 @@ from .rope import norm_rotate, rms_norm, rotate
 
 # Query rows per block of the union attention.
 DENSE_ROWS = 256
-# Up to this many (token, head, row) scores the compiled loop beats `batched_attention`, whose
+# Up to this many (token, head, row) scores the compiled loop beats `sparse_attention`, whose
 # ops cost ~33 us; past it their vectorised GEMMs win (the loop's float64 sums do not
 # vectorise: ~0.06 us per score; measured crossover ~500).
 LOOP_SCORES = 512
@@ -217,32 +218,15 @@ def gathered_attention(
     q: torch.Tensor, pool: torch.Tensor, ids: torch.Tensor, sink: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """`attention.sparse_attention(q, pool, ids, sink, scale)`, as one compiled loop when it
-    is small (a decode step over a short window and few picks), else `batched_attention`."""
+    is small (a decode step over a short window and few picks), else that function."""
     if not (compiles(q) and pool.dtype == q.dtype) or ids.numel() * q.shape[1] > LOOP_SCORES:
-        return batched_attention(q, pool, ids, sink, scale)
+        return sparse_attention(q, pool, ids, sink, scale)
     out = torch.empty_like(q)
     _gathered(
         numpy_of(q.contiguous()), numpy_of(pool.contiguous()), numpy_of(ids.contiguous()),
         numpy_of(upcast(sink)), scale, numpy_of(out),
     )  # fmt: skip
     return out
-
-
-def batched_attention(
-    q: torch.Tensor, pool: torch.Tensor, ids: torch.Tensor, sink: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """`attention.sparse_attention(q, pool, ids, sink, scale)` with the same kernels (its two
-    einsums are these bmm), bit for bit, in half its ops: one `index_select` for the gather,
-    the masking skipped when no id is -1, in-place scaling."""
-    t, k = ids.shape
-    kv = upcast(pool).index_select(0, ids.clamp(min=0).flatten()).view(t, k, -1)  # [T, K, Dh]
-    s = torch.bmm(upcast(q), kv.transpose(1, 2)).mul_(scale)  # [T, H, K]
-    missing = ids < 0
-    if bool(missing.any()):
-        s.masked_fill_(missing[:, None, :], float("-inf"))
-    sink_logit = upcast(sink).to(s.dtype).view(1, -1, 1).expand(t, -1, 1)
-    p = torch.softmax(torch.cat([s, sink_logit], dim=-1), dim=-1)[..., :-1]  # [T, H, K]
-    return torch.bmm(p, kv).to(q.dtype)
 
 
 def _run(ids: torch.Tensor) -> tuple[int, int]:

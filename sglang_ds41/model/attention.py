@@ -179,12 +179,15 @@ def sparse_attention(
 
     q [T, H, Dh], pool [N, Dh], ids [T, K] rows of pool (-1 = none), sink [H] -> o [T, H, Dh].
     The sink joins the softmax denominator only: o = sum_j e^s_j v_j / (sum_j e^s_j + e^sink)."""
-    kv = upcast(pool)[ids.clamp(min=0)]  # [T, K, Dh]
-    s = torch.einsum("thd,tkd->thk", upcast(q), kv) * scale  # [T, H, K]
-    s = s.masked_fill((ids < 0)[:, None, :], float("-inf"))
-    sink_logit = upcast(sink).to(s.dtype).view(1, -1, 1).expand(s.shape[0], -1, 1)
+    t, k = ids.shape
+    kv = upcast(pool).index_select(0, ids.clamp(min=0).flatten()).view(t, k, -1)  # [T, K, Dh]
+    s = torch.bmm(upcast(q), kv.transpose(1, 2)).mul_(scale)  # [T, H, K]
+    missing = ids < 0
+    if bool(missing.any()):  # a decode step past the window start has none: skip the mask
+        s.masked_fill_(missing[:, None, :], float("-inf"))
+    sink_logit = upcast(sink).to(s.dtype).view(1, -1, 1).expand(t, -1, 1)
     p = torch.softmax(torch.cat([s, sink_logit], dim=-1), dim=-1)[..., :-1]  # [T, H, K]
-    return torch.einsum("thk,tkd->thd", p, kv).to(q.dtype)
+    return torch.bmm(p, kv).to(q.dtype)
 
 
 class Attention(nn.Module):

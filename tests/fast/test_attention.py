@@ -9,7 +9,7 @@ import torch
 
 from sglang_ds41.fast import attention as fast
 from sglang_ds41.fast import rope as fast_rope
-from sglang_ds41.model.attention import Attention, AttentionState, sparse_attention
+from sglang_ds41.model.attention import Attention, AttentionState
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.norm import RMSNorm
 from sglang_ds41.model.roles import LayerRole
@@ -119,20 +119,3 @@ def test_rope_and_norm_loops_equal_the_oracle(dtype):
         assert torch.allclose(fast_rope.rms_norm(norm, rows), norm(rows), rtol=tol, atol=0)
         got = fast_rope.norm_rotate(norm, rope, rows, positions)
         assert torch.allclose(got, rope(norm(rows), positions), rtol=tol, atol=tol)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize(("tokens", "rows", "missing"), [(1, 640, 0), (3, 200, 5), (16, 136, 40)])
-def test_batched_attention_is_the_oracle_bit_for_bit(dtype, tokens, rows, missing):
-    """Same kernels as `sparse_attention`, so equal, with ids of -1 (masked) and without, and
-    a token that sees no row at all (only its sink)."""
-    gen = torch.Generator().manual_seed(rows)
-    q = torch.randn(tokens, 4, 64, generator=gen).to(dtype)
-    pool = torch.randn(tokens * rows, 64, generator=gen).to(dtype)
-    ids = torch.stack([torch.randperm(tokens * rows, generator=gen)[:rows] for _ in range(tokens)])
-    ids[:, :missing] = -1
-    if missing:
-        ids[-1] = -1
-    sink = torch.randn(4, generator=gen)
-    got = fast.batched_attention(q, pool, ids, sink, 0.125)
-    assert torch.equal(got, sparse_attention(q, pool, ids, sink, 0.125))

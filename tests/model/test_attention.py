@@ -51,6 +51,27 @@ def test_padding_ids_are_ignored():
     assert torch.allclose(with_pad[0, 0], pool[0], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(("tokens", "rows", "missing"), [(1, 40, 0), (3, 20, 5)])
+def test_sparse_attention_is_the_per_token_softmax_with_a_sink(tokens, rows, missing):
+    """Against the formula token by token and head by head, with ids of -1 (skipped) and a
+    token that sees no row at all (only its sink: o = 0)."""
+    gen = torch.Generator().manual_seed(rows)
+    q = torch.randn(tokens, 2, 8, generator=gen, dtype=F64)
+    pool = torch.randn(tokens * rows, 8, generator=gen, dtype=F64)
+    ids = torch.stack([torch.randperm(tokens * rows, generator=gen)[:rows] for _ in range(tokens)])
+    ids[:, :missing] = -1
+    if missing:
+        ids[-1] = -1
+    sink = torch.randn(2, generator=gen, dtype=F64)
+    got = sparse_attention(q, pool, ids, sink, 0.25)
+    for t in range(tokens):
+        kv = pool[ids[t][ids[t] >= 0]]
+        for h in range(2):
+            e = torch.exp(kv @ q[t, h] * 0.25)
+            want = (e[:, None] * kv).sum(0) / (e.sum() + torch.exp(sink[h]))
+            assert torch.allclose(got[t, h], want, rtol=1e-12, atol=1e-15)
+
+
 def test_window_ids_cover_the_last_window_tokens_including_self():
     # rows of (the previous window, then the new tokens): 2 tokens before, 3 new, window 3
     assert window_ids(Chunks.of([2], [3]), 3).tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4]]
