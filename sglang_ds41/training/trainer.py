@@ -81,10 +81,7 @@ class Run:
     @classmethod
     def resume(cls, run_dir: str | Path) -> Run:
         run_dir = Path(run_dir)
-        try:
-            settings = Settings.from_record(json.loads((run_dir / SETTINGS_FILE).read_text()))
-        except FileNotFoundError:
-            raise Ds41Error(f"{run_dir}: no {SETTINGS_FILE}; not a training run directory") from None
+        settings = _read_settings(run_dir)
         run = cls(run_dir, settings)
         if (run_dir / STATE_FILE).exists():
             run._load(torch.load(run_dir / STATE_FILE, weights_only=False))
@@ -109,15 +106,16 @@ class Run:
             raise Ds41Error(f"a continued run can change only {allowed}; got {', '.join(unknown)}")
         if not (source_dir / STATE_FILE).exists():
             raise Ds41Error(f"{source_dir}: no {STATE_FILE}; nothing to continue from")
-        source = cls.resume(source_dir)
-        steps = changes.get("steps", source.settings.steps)
-        if steps <= source.step:
+        settings = _read_settings(source_dir)
+        state = torch.load(source_dir / STATE_FILE, weights_only=False)
+        step, steps = state["step"], changes.get("steps", settings.steps)
+        if steps <= step:
             raise Ds41Error(
-                f"{source_dir} is at step {source.step}; a continued run needs --steps above it, got {steps}"
+                f"{source_dir} is at step {step}; a continued run needs --steps above it, got {steps}"
             )
-        record = {"step": source.step, "settings": dataclasses.asdict(source.settings)}
-        run = cls.create(run_dir, dataclasses.replace(source.settings, **changes, continued_from=record))
-        run._load(torch.load(source_dir / STATE_FILE, weights_only=False))
+        record = {"step": step, "settings": dataclasses.asdict(settings)}
+        run = cls.create(run_dir, dataclasses.replace(settings, **changes, continued_from=record))
+        run._load(state)
         run.save()
         return run
 
@@ -249,3 +247,10 @@ class Run:
         self.optimizer.load_state_dict(state["optimizer"])
         self.vocab.load_state_dict(state["vocab"])
         self.step, self.position = state["step"], tuple(state["position"])
+
+
+def _read_settings(run_dir: Path) -> Settings:
+    try:
+        return Settings.from_record(json.loads((run_dir / SETTINGS_FILE).read_text()))
+    except FileNotFoundError:
+        raise Ds41Error(f"{run_dir}: no {SETTINGS_FILE}; not a training run directory") from None
