@@ -33,6 +33,7 @@ from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.indexer import Indexer, visible_counts
 from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
+from sglang_ds41.model.selection import picks_every_entry, small_rows_in_id_order
 
 from . import quant, selection
 from .jit import compiled, compiles, numpy_of
@@ -112,11 +113,16 @@ def index(
     tokens, requests = x.shape[0], chunks.size
     n_visible = visible_counts(chunks.positions, attn.ratio)  # [T]
     n_cols = int(n_visible.max()) if tokens else 0
-    if tokens != requests or n_cols > attn.column_block(requests, tokens) or not compiles(x):
+    publish, allowed = attn.candidate_rule(published)
+    if (
+        tokens != requests
+        or n_cols > attn.column_block(requests, tokens)
+        or not compiles(x)
+        or picks_every_entry(n_visible, attn.index_topk, publish)  # the oracle scores nothing
+    ):
         return attn.index(x, q_lora, chunks, view, published, queries=queries, scan=selection.scan)
     q, w = queries(attn.indexer, x, q_lora, chunks.positions)  # [T, Hi, Di], [T, Hi]
     counts, first = chunks.entry_counts(attn.ratio), chunks.entry_offsets(attn.ratio)[:-1]
-    publish, allowed = attn.candidate_rule(published)
     scores = torch.empty(tokens, 0, dtype=w.dtype)  # no entry seen yet: nothing is scored
     if n_cols:
         scores = attn.scorer(q[:, None], w[:, None], view, first, counts)(0, n_cols)  # [T, n_cols]
@@ -124,6 +130,7 @@ def index(
     picked, kept = selection.select_block(
         scores, n_visible, first, attn.index_topk, attn.index_width(chunks), publish, restrict
     )
+    picked, kept = small_rows_in_id_order(picked, kept, n_visible, first, attn.index_topk, publish, restrict)
     return attn.publish(published, picked, kept)
 
 

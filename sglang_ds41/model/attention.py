@@ -41,7 +41,7 @@ from .indexer import Indexer, visible_counts
 from .norm import RMSNorm, upcast
 from .roles import LayerRole, consumes_candidates, index_source, kv_source, layer_role
 from .rope import RotaryEmbedding
-from .selection import Candidates, select_rows
+from .selection import Candidates, every_entry, picks_every_entry, select_rows, small_rows_in_id_order
 
 # Bounds of one indexer block: about ROW_BLOCK query rows; its scores [rows, heads, entries] and
 # keys [requests, entries, index_head_dim] within SCORE_BLOCK floats each (16 MiB in fp32). The
@@ -339,16 +339,21 @@ class Attention(nn.Module):
         scan: Callable = select_rows,
     ) -> torch.Tensor:
         """This index source's top-k: entry rows [T, min(k, most entries)] (-1 = none), from
-        scores of bounded blocks of entries (`selection.py`); publishes it, and the candidate
-        blocks on the candidate source. `queries`, `scan`: the backend's fast paths of
+        scores of bounded blocks of entries (`selection.py`), or every visible entry unscored
+        when no token sees more than k; publishes it, and the candidate blocks on the
+        candidate source. `queries`, `scan`: the backend's fast paths of
         `Indexer.queries` and `select_rows` (`fast.attention`, `fast.selection`)."""
-        form = self.indexer.queries if queries is None else partial(queries, self.indexer)
         positions = chunks.positions.to(x.device)
-        q, w = form(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
         n_visible = visible_counts(positions, self.ratio)  # [T]
         counts, first = chunks.entry_counts(self.ratio), chunks.entry_offsets(self.ratio)[:-1]
         width = self.index_width(chunks)
         publish, allowed = self.candidate_rule(published)
+        within = None if allowed is None else (allowed, self.candidate_block_size)  # [T, keep]
+        if picks_every_entry(n_visible, self.index_topk, publish):
+            picked, kept = every_entry(n_visible, first[chunks.request], width, publish, within)
+            return self.publish(published, picked, kept)
+        form = self.indexer.queries if queries is None else partial(queries, self.indexer)
+        q, w = form(x, q_lora, positions)  # [T, Hi, Di], [T, Hi]
         picked = torch.full((q.shape[0], width), -1, dtype=torch.int64)
         kept = None if publish is None else torch.full((q.shape[0], publish.keep), -1, dtype=torch.int64)
         for requests, rows in chunks.row_blocks(self.row_block):  # [B', tb], [B', tb]
@@ -363,6 +368,9 @@ class Attention(nn.Module):
             picked[rows[real]] = torch.where(ids >= 0, ids + first[requests, None, None], -1)[real]
             if kept is not None:
                 kept[rows[real]] = blocks.view(*rows.shape, -1)[real]
+        picked, kept = small_rows_in_id_order(
+            picked, kept, n_visible, first[chunks.request], self.index_topk, publish, within
+        )
         return self.publish(published, picked, kept)
 
     def index_width(self, chunks: Chunks) -> int:

@@ -99,6 +99,69 @@ def in_blocks(kept_sorted: torch.Tensor, entries: torch.Tensor, size: int) -> to
     return kept_sorted.gather(1, at) == blocks
 
 
+def picks_every_entry(n_visible: torch.Tensor, k: int, publish: Candidates | None = None) -> bool:
+    """Whether every row sees at most k entries (and, with `publish`, at most `publish.keep`
+    blocks of them): then the selection is every visible entry whatever the scores, and
+    `every_entry` gives it without scoring (a context under k x ratio tokens: every prefill
+    and decode step of a short conversation)."""
+    most = int(n_visible.max()) if n_visible.numel() else 0
+    return most <= k and (publish is None or _blocks(most, publish) <= publish.keep)
+
+
+def every_entry(
+    n_visible: torch.Tensor,
+    first: torch.Tensor,
+    width: int,
+    publish: Candidates | None = None,
+    allowed: tuple[torch.Tensor, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The selection of rows that pick every entry they see: those entries (inside the row's
+    `allowed` blocks) in id order, offset by `first` [R], -1 after them; with `publish`, every
+    block holding a visible entry, in id order. The scan picks the same sets ordered by score;
+    the attention sums over the set, so the order only moves its rounding, and
+    `small_rows_in_id_order` makes it the same however the rows are batched."""
+    entries = torch.arange(width, device=n_visible.device)
+    take = entries[None, :] < n_visible[:, None]  # [R, width]
+    if allowed is not None:
+        take &= in_blocks(allowed[0].sort(dim=1).values, entries, allowed[1])
+        order = (~take).to(torch.int8).argsort(dim=1, stable=True)  # the taken ones first
+        take, ids = take.gather(1, order), entries[order]
+    else:
+        ids = entries.expand_as(take)
+    picked = torch.where(take, ids + first[:, None], -1)
+    if publish is None:
+        return picked, None
+    blocks = torch.arange(publish.keep, device=n_visible.device)
+    return picked, torch.where(blocks[None, :] < _blocks(n_visible, publish)[:, None], blocks, -1)
+
+
+def small_rows_in_id_order(
+    picked: torch.Tensor,
+    kept: torch.Tensor | None,
+    n_visible: torch.Tensor,
+    first: torch.Tensor,
+    k: int,
+    publish: Candidates | None = None,
+    allowed: tuple[torch.Tensor, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A scan's selection (`picked` offset by `first`, `kept`) with the rows that see at most k
+    entries (at most `publish.keep` blocks) put in `every_entry`'s order: a row's picks then do
+    not depend on whether its forward scored (some row saw more) or not."""
+    small = n_visible <= k
+    if not bool(small.any()):
+        return picked, kept
+    every, every_kept = every_entry(n_visible, first, picked.shape[1], publish, allowed)
+    picked = torch.where(small[:, None], every, picked)
+    if publish is not None:
+        kept = torch.where((_blocks(n_visible, publish) <= publish.keep)[:, None], every_kept, kept)
+    return picked, kept
+
+
+def _blocks(n_visible, publish: Candidates):
+    """How many candidate blocks hold the visible entries."""
+    return -(-n_visible // publish.size)
+
+
 def select_rows(
     score: Callable[[int, int], torch.Tensor],
     n_visible: torch.Tensor,

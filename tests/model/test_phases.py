@@ -167,6 +167,13 @@ def dense_selection(layers, x: torch.Tensor, states: list[AttentionState]):
     return picked, blocks
 
 
+def ascending(picks: torch.Tensor) -> torch.Tensor:
+    """Entry ids [R, k] sorted ascending, the -1 (none) after them."""
+    last = int(picks.max()) + 1
+    ids = torch.where(picks < 0, last, picks).sort(dim=1).values
+    return torch.where(ids == last, -1, ids)
+
+
 @pytest.mark.parametrize(("row_block", "score_block"), [(512, 1 << 22), (5, 1), (3, 80), (64, 200)])
 def test_the_blocked_indexer_picks_what_the_dense_definition_picks(layers, row_block, score_block):
     cfg = tiny_config()
@@ -182,7 +189,11 @@ def test_the_blocked_indexer_picks_what_the_dense_definition_picks(layers, row_b
     with torch.no_grad():
         picked, blocks = dense_selection(layers, x, states)
     for layer in (2, 4, 6):
-        assert torch.equal(published.selection[layer], picked[layer]), layer
+        got, want = published.selection[layer], picked[layer]
+        small = visible_counts(torch.arange(40), layers[layer].ratio) <= layers[layer].index_topk
+        assert torch.equal(got[~small], want[~small]), layer  # the same entries in the same order
+        # a row that sees at most k entries picks them all: the same set, in id order
+        assert torch.equal(got[small], ascending(want[small])), layer
     mask = torch.zeros(40, blocks.shape[1] + 1, dtype=torch.bool).scatter(1, published.candidates + 1, True)
     assert torch.equal(mask[:, 1:], blocks)
 
@@ -208,3 +219,25 @@ def test_the_scan_never_scores_more_than_its_bound(layers, monkeypatch):
         for attn in layers:
             attn.row_block, attn.score_block = 512, 1 << 22
     assert len(sizes) > 10 and max(sizes) <= 64
+
+
+def test_a_context_under_k_entries_picks_every_entry_without_scores(layers, monkeypatch):
+    """Four tokens: no row of any index source sees more than k = 4 entries (nor more than the
+    candidate source keeps blocks), so every layer picks all it sees, in id order, and no score
+    is computed; the sets are the dense definition's."""
+    cfg = tiny_config()
+    x = inputs(4, seed=11)
+    with torch.no_grad():
+        empty = [AttentionState.empty(cfg, layer, F64) for layer in LAYERS]
+        _, _, states = run_alone(layers, x, 0, empty)  # the definition's keys, scored freely
+        picked, _ = dense_selection(layers, x, states)
+
+    def refused(*args):
+        raise AssertionError("scored")
+
+    monkeypatch.setattr(Indexer, "weigh", staticmethod(refused))
+    empty = [AttentionState.empty(cfg, layer, F64) for layer in LAYERS]
+    _, published, _ = run_alone(layers, x, 0, empty)
+    for layer in (2, 4, 6):
+        assert torch.equal(published.selection[layer], ascending(picked[layer])), layer
+        assert (published.selection[layer] >= 0).any(), layer

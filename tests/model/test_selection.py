@@ -20,7 +20,7 @@ from sglang_ds41.model.indexer import (
     stable_topk,
     visible_counts,
 )
-from sglang_ds41.model.selection import Candidates, RunningTopK, select_rows
+from sglang_ds41.model.selection import Candidates, RunningTopK, every_entry, picks_every_entry, select_rows
 
 INF = float("inf")
 
@@ -118,3 +118,42 @@ def test_no_visible_entry_selects_nothing():
         lambda c0, c1: torch.zeros(2, c1 - c0), torch.tensor([0, 0]), 3, 2, 4, Candidates(2, 2)
     )
     assert got.tolist() == [[-1, -1]] * 2 and kept.tolist() == [[-1, -1]] * 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.integers(1, 5),
+    k=st.integers(1, 12),
+    size=st.integers(1, 4),
+    keep=st.integers(1, 6),
+    restricted=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_every_entry_is_the_scans_set_where_rows_see_at_most_k(rows, k, size, keep, restricted, seed):
+    """Rows that see at most k entries (and at most `keep` blocks): `every_entry` picks the sets
+    the scan picks, in id order, offset by `first`, and keeps every visible block."""
+    gen = torch.Generator().manual_seed(seed)
+    n_visible = torch.randint(0, min(k, keep * size) + 1, (rows,), generator=gen)
+    assert picks_every_entry(n_visible, k, Candidates(size, keep))
+    cols = max(int(n_visible.max()), 1)
+    scores = torch.randint(-2, 3, (rows, cols), generator=gen).double()
+    first = torch.randint(0, 50, (rows,), generator=gen)
+    allowed = None
+    if restricted:  # kept block ids of a candidate source, -1 = none
+        allowed = (torch.randint(-1, -(-cols // size), (rows, 2), generator=gen), size)
+    width = min(k, cols)
+    want, want_kept = select_rows(
+        lambda c0, c1: scores[:, c0:c1], n_visible, k, width, cols, Candidates(size, keep), allowed
+    )
+    got, kept = every_entry(n_visible, first, width, Candidates(size, keep), allowed)
+    for r in range(rows):
+        mine = got[r][got[r] >= 0]
+        assert torch.equal(mine, torch.sort(want[r][want[r] >= 0]).values + first[r]), r
+        assert (got[r][mine.numel() :] == -1).all()
+        assert sorted(kept[r][kept[r] >= 0].tolist()) == sorted(want_kept[r][want_kept[r] >= 0].tolist())
+
+
+def test_a_row_past_k_entries_needs_its_scores():
+    assert not picks_every_entry(torch.tensor([3, 5]), 4)
+    assert not picks_every_entry(torch.tensor([4, 4]), 4, Candidates(1, 3))  # 4 blocks > 3 kept
+    assert picks_every_entry(torch.tensor([4, 0]), 4, Candidates(2, 2))
