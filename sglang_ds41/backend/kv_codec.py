@@ -10,9 +10,13 @@ store costs what the model was designed for (§4.6):
 
 A row is one `uint8` vector: codes first, then scales; `decode(encode(x))` is the model's
 fake-quantiser of `x`, computed the same way. The window and index-key rules (power-of-two
-scales) are idempotent, so the store may encode the rows the model already fake-quantised; the
-latent rule (E4M3 scales, coarse when subnormal) is not, so latents are encoded from the
-quantiser's input (`model.attention.NewEntries.rotated`, handed to `SlotState.commit`).
+scales) are idempotent in what they hold, so the store may encode the rows the model already
+fake-quantised (the bytes can differ from those of the rows before: a block's scale one step
+apart, its codes shifted to match; they decode to the same rows); the latent rule (E4M3 scales,
+coarse when subnormal) is not, so latents are encoded from the quantiser's input
+(`model.attention.NewEntries.rotated`, handed to `SlotState.commit`). The backend's forward
+hands over the bytes its quantisers packed with the rows (`fast.quant`), so nothing is encoded
+twice.
 """
 
 from __future__ import annotations

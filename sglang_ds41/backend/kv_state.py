@@ -58,7 +58,7 @@ from sglang_ds41.model.attention import Projected
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.roles import LayerRole, kv_source, layer_role
 
-from .kv_codec import index_codec, latent_codec, window_codec
+from .kv_codec import RowCodec, index_codec, latent_codec, window_codec
 
 
 class SlotStateError(Ds41Error):
@@ -331,7 +331,8 @@ class SlotState:
         the completed compressed entries (latents encoded from their FP4 quantiser's input) and
         each request's new pending token."""
         fwd = self._rows()
-        self.window[layer][fwd.new_window] = self.window_codec.encode(projected.window_kv)
+        window = _bytes(projected.window_bytes, self.window_codec, projected.window_kv)
+        self.window[layer][fwd.new_window] = window
         new = projected.entries
         if new is None:
             return
@@ -341,8 +342,8 @@ class SlotState:
                 f"layer {layer}: the forward completes {groups.numel()} compressed entries, but "
                 f"{new.kv.shape[0]} were projected"
             )
-        self._write(layer, "latent", groups, self.latent_codec.encode(new.rotated))
-        keys = self.index_codec.encode(new.index_keys)
+        self._write(layer, "latent", groups, _bytes(new.kv_bytes, self.latent_codec, new.rotated))
+        keys = _bytes(new.key_bytes, self.index_codec, new.index_keys)
         self._write(layer, "index", groups, keys)
         self.index_keys[layer][groups] = self.index_codec.decode(keys, self.dtype)
         if new.pending is not None:
@@ -413,3 +414,9 @@ class SlotView:
         rows = rows_of(self.rows_of.groups[self.source][ids])
         self.rows_of.last_read[key] = (ids, rows)
         return rows
+
+
+def _bytes(made: torch.Tensor | None, codec: RowCodec, rows: torch.Tensor) -> torch.Tensor:
+    """The stored bytes of `rows`: those the forward's quantiser packed with them (of the rows
+    before fake quantisation: what they hold is the same, `kv_codec`), else encoded here."""
+    return codec.encode(rows) if made is None else made

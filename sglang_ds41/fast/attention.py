@@ -54,7 +54,7 @@ def project(
     positions = chunks.positions
     q_lora = rms_norm(attn.q_norm, attn.wq_a(x))  # [T, q_lora_rank]
     q = rotate(attn.rope, attn.wq_b(q_lora).unflatten(-1, (attn.n_heads, attn.head_dim)), positions)
-    window_kv, _ = quant.window_fp8(norm_rotate(attn.kv_norm, attn.rope, attn.wkv(x), positions))
+    window_kv, window_bytes = quant.window_fp8(norm_rotate(attn.kv_norm, attn.rope, attn.wkv(x), positions))
     entries = None
     if attn.role is LayerRole.FULL:
         compressor = attn.compressor
@@ -66,15 +66,18 @@ def project(
             )
         else:
             latents, entry_positions, new_pending = compressor.compress(x, chunks, pending)
-        keys = index_keys(attn.indexer, latents, entry_positions)
+        keys, key_bytes = index_keys(attn.indexer, latents, entry_positions)
         rotated = rotate(attn.rope, latents, entry_positions)
-        entries = NewEntries(rotated, quant.latent_fp4(rotated)[0], keys, new_pending)
-    return Projected(q_lora, q, window_kv, entries)
+        kv, kv_bytes = quant.latent_fp4(rotated)
+        entries = NewEntries(rotated, kv, keys, new_pending, kv_bytes, key_bytes)
+    return Projected(q_lora, q, window_kv, entries, window_bytes)
 
 
-def index_keys(indexer: Indexer, latents: torch.Tensor, entry_positions: torch.Tensor) -> torch.Tensor:
-    """`indexer.keys(latents, entry_positions)`."""
-    return quant.index_fp4(norm_rotate(indexer.k_norm, indexer.rope, indexer.wk(latents), entry_positions))[0]
+def index_keys(
+    indexer: Indexer, latents: torch.Tensor, entry_positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`indexer.keys(latents, entry_positions)`, and their stored bytes."""
+    return quant.index_fp4(norm_rotate(indexer.k_norm, indexer.rope, indexer.wk(latents), entry_positions))
 
 
 def queries(

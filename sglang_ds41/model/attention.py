@@ -72,6 +72,10 @@ class NewEntries:
     kv: torch.Tensor  # [G, head_dim]: fp4(rotated), what attention reads
     index_keys: torch.Tensor  # [G, index_head_dim]
     pending: torch.Tensor | None  # [B, 2, head_dim] fp32 (a, z) of requests ending unpaired (ratio 2)
+    # The stored bytes of `kv` and `index_keys` (`backend.kv_codec`), when the quantisers that
+    # made them also packed them (`fast.quant`); None: the store encodes them itself.
+    kv_bytes: torch.Tensor | None = None
+    key_bytes: torch.Tensor | None = None
 
 
 @dataclass
@@ -82,6 +86,7 @@ class Projected:
     q: torch.Tensor  # [T, H, head_dim], post-RoPE
     window_kv: torch.Tensor  # [T, head_dim]: post-RoPE, FP8 fake-quantised (§4.2)
     entries: NewEntries | None = None  # FULL layers
+    window_bytes: torch.Tensor | None = None  # window_kv's stored bytes, as NewEntries.kv_bytes
 
 
 @dataclass

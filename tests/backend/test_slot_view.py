@@ -85,3 +85,40 @@ def test_the_decoded_index_keys_equal_the_stored_bytes_after_shared_and_reused_s
         assert torch.equal(store.index_keys[source][: len(groups)], decoded), source
         committed += int((decoded != 0).any(-1).sum())
     assert committed > 60  # the forwards above committed entries of both sources
+
+
+def test_the_bytes_a_forward_packs_hold_what_the_store_would_encode(backend, monkeypatch):
+    """The fast quantisers hand the store the bytes they packed with the fake-quantised rows
+    (no second encoding at commit). They are the quantisation of the rows themselves, which can
+    differ in bytes from re-encoding the fake-quantised rows (a block's scale one step apart,
+    its codes shifted to match), not in what they hold: every pool decodes to the same rows as
+    if the store had encoded them itself, through a prefill and a decode step."""
+    from sglang_ds41.backend import kv_state
+
+    def filled(slots: Slots) -> Slots:
+        run(backend, slots, [(1, PROMPT), (2, PROMPT[:7])])
+        run(backend, slots, [(1, [7]), (2, [8])])
+        return slots
+
+    def decoded(store: kv_state.SlotState) -> list[torch.Tensor]:
+        rows = [store.window_codec.decode(w, torch.float64) for w in store.window]
+        for source, ratio in store.ratio.items():
+            groups = torch.arange(store.rows // ratio)
+            for part, codec in (("latent", store.latent_codec), ("index", store.index_codec)):
+                rows.append(codec.decode(store._read(source, part, groups), torch.float64))
+        return rows
+
+    encodes, encode = Counter(), kv_state.RowCodec.encode
+
+    def counted(codec, rows: torch.Tensor) -> torch.Tensor:
+        encodes[codec.name] += 1
+        return encode(codec, rows)
+
+    monkeypatch.setattr(kv_state.RowCodec, "encode", counted)
+    carried = decoded(filled(Slots(backend.v41.text)).store)
+    assert not encodes  # every row's bytes came from the forward
+    monkeypatch.setattr(kv_state, "_bytes", lambda made, codec, rows: codec.encode(rows))
+    encoded = decoded(filled(Slots(backend.v41.text)).store)
+    assert set(encodes) == {"window KV", "latent", "index key"}
+    assert all(torch.equal(a, b) for a, b in zip(carried, encoded, strict=True))
+    assert any(bool((a != 0).any()) for a in carried)
