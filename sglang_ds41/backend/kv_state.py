@@ -345,7 +345,7 @@ class SlotState:
         self._write(layer, "latent", groups, _bytes(new.kv_bytes, self.latent_codec, new.rotated))
         keys = _bytes(new.key_bytes, self.index_codec, new.index_keys)
         self._write(layer, "index", groups, keys)
-        self.index_keys[layer][groups] = self.index_codec.decode(keys, self.dtype)
+        self.index_keys[layer][groups] = new.index_keys.to(self.dtype)  # = decode(keys), bit for bit
         if new.pending is not None:
             unpaired = fwd.chunks.ends % 2 == 1
             rows = fwd.req_rows[unpaired]
