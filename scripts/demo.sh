@@ -25,16 +25,18 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$TMPD"' EXIT
 serve_bg() {  # `CMD &` of the README, then wait for the server's "ready" line
-  local program=$1
+  local program=$1 out
   shift
+  # a file of its own per server: a stopped server's last writes cannot fake this one's "ready"
+  out=$(mktemp "$TMPD/serve-XXXXXX.out")
   # the program itself, not the shell function: $! must be serve's own PID for stop_server
-  "$VENV/bin/$program" "$@" >"$TMPD/serve.out" 2>&1 &
+  "$VENV/bin/$program" "$@" >"$out" 2>&1 &
   SERVER=$!
-  until grep -q "ready after" "$TMPD/serve.out"; do
-    kill -0 "$SERVER" 2>/dev/null || { cat "$TMPD/serve.out"; exit 1; }
+  until grep -q "ready after" "$out"; do
+    kill -0 "$SERVER" 2>/dev/null || { cat "$out"; exit 1; }
     sleep 1
   done
-  cat "$TMPD/serve.out"
+  cat "$out"
 }
 
 echo "== 1. the V4.1 prompt format: a two-image request -> prompt; a completion -> message"
