@@ -36,20 +36,6 @@ WINDOW, LATENT, INDEX = "window", "latent", "index"
 
 
 @compiled
-def _e4m3_code(v):
-    """float32 v with |v| <= 448 -> its E4M3 byte, round to nearest even (sign kept on zero)."""
-    sign = 128 if (v < 0 or (v == 0 and math.copysign(1.0, v) < 0)) else 0
-    a = abs(np.float64(v))
-    if a < 2.0**-6:  # subnormal: multiples of 2**-9
-        return sign | int(np.rint(a * 512.0))  # 8 rounds up into the first normal, code 8
-    f, k = math.frexp(a)  # a = f * 2**k, f in [0.5, 1)
-    m = int(np.rint(f * 16.0))  # 8..16
-    if m == 16:
-        m, k = 8, k + 1
-    return sign | ((k + 6) << 3) | (m - 8)
-
-
-@compiled
 def _e2m1_code(v, ties_down, ties_up):
     """float32 v (already scaled) -> its E2M1 code, as `e2m1.encode` (sign bit iff v < 0)."""
     a = abs(v)
@@ -87,10 +73,12 @@ def _block_amax(x, r, lo, hi):
 
 
 @compiled
-def _e4m3_code_of_bits(u, v):
-    """`_e4m3_code(v)` from float32 v's bits u: a normal value rounds its mantissa to 3 bits
-    to nearest even in the integer bits (a carry moves into the exponent), then rebiases the
-    exponent from 127 to 7; only E4M3 subnormals take the float path. ~5x faster per value."""
+def _e4m3_code(u, v):
+    """float32 v with |v| <= 448 (u: its bits) -> its E4M3 byte, round to nearest even, the
+    sign kept on zero: a normal value rounds its mantissa to 3 bits in the integer bits (a
+    carry moves into the exponent), then rebiases the exponent from 127 to 7; an E4M3
+    subnormal (|v| < 2**-6) is the nearest multiple of 2**-9, 8 rounding up into the first
+    normal code."""
     sign = (u >> 31) << 7
     a = u & 0x7FFFFFFF
     if a < 0x3C800000:  # below 2**-6: multiples of 2**-9
@@ -116,7 +104,7 @@ def _window_fp8(x, block, floor, e4m3, e8m0_, fake, packed):
                 v = np.float32(x[r, b * block + j]) * inv
                 scaled[j] = min(max(v, np.float32(-448.0)), np.float32(448.0))
             for j in range(block):
-                code = _e4m3_code_of_bits(bits[j], scaled[j])
+                code = _e4m3_code(bits[j], scaled[j])
                 packed[r, b * block + j] = code
                 fake[r, b * block + j] = e4m3[code] * scale
     return True
@@ -128,13 +116,16 @@ def _fp4(x, block, e4m3_scales, bound, e4m3, e8m0_, e2m1_, ties_down, ties_up, f
     scale) or power-of-two scales from max(amax, bound) (index keys: values times 2**-e)."""
     rows, dim = x.shape
     half = dim // 2
+    scale_value = np.empty(1, np.float32)  # an E4M3 scale, its bits for the encoder
+    scale_bits = scale_value.view(np.uint32)
     for r in range(rows):
         for b in range(dim // block):
             amax = _block_amax(x, r, b * block, (b + 1) * block)
             if amax < 0:
                 return False
             if e4m3_scales:
-                code = _e4m3_code(min(max(amax / np.float32(6.0), np.float32(bound)), np.float32(448.0)))
+                scale_value[0] = min(max(amax / np.float32(6.0), np.float32(bound)), np.float32(448.0))
+                code = _e4m3_code(scale_bits[0], scale_value[0])
                 packed[r, half + b] = code
                 scale = e4m3[code]
                 divide, inv = True, np.float32(1.0)
