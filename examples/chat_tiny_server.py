@@ -3,9 +3,10 @@
     sglang-ds41 serve --tiny --port 30000 &
     python examples/chat_tiny_server.py --base-url http://127.0.0.1:30000/v1
 
-The tiny model has random weights, so its words are noise, but every greedy token must equal
-what the pure-PyTorch reference model (`sglang-ds41 generate`) computes for the same prompt, in
-the same dtype: float32 for both by default (`--dtype float64` with a server started with
+`serve --tiny` is the trained tiny model (docs/TRAINING.md); `serve --tiny-random` the random
+one, whose words are noise. Either way every greedy token must equal what the pure-PyTorch
+reference model (`sglang-ds41 generate`) computes for the same prompt, in the same dtype:
+float32 for both by default (`--dtype float64` with a server started with
 `SGLANG_DS41_DTYPE=float64`). The checkpoint is the one the server reports (`/model_info`)
 unless `--model-dir` names it.
 """

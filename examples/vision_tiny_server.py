@@ -3,14 +3,14 @@
     sglang-ds41 serve --tiny --port 30000 &
     python examples/vision_tiny_server.py --base-url http://127.0.0.1:30000/v1
 
-Sends `examples/example_harmony.json` (a user turn with two interleaved `image_url` parts,
-data URLs) to `/v1/chat/completions`. The tiny model has random weights, so its words are
-noise; what must hold is that the server saw the prompt the official renderer gives (its
-prompt token count is the rendered ids with each image placeholder expanded to the image's
-span) and that every greedy token equals the pure-PyTorch reference model's for the same
-prompt and pixels, in the server's dtype (float32 by default, `--dtype float64` for a server
-started with `SGLANG_DS41_DTYPE=float64`). The checkpoint is the one the server reports
-(`/model_info`) unless `--model-dir` names it.
+Sends `examples/example_harmony.json` (a user turn with two interleaved `image_url` parts, data
+URLs) to `/v1/chat/completions`. The tiny model never saw an image (its vision tower keeps make-
+tiny's random weights), so what it says about them is noise; what must hold is that the server
+saw the prompt the official renderer gives (its prompt token count is the rendered ids with each
+image placeholder expanded to the image's span) and that every greedy token equals the pure-
+PyTorch reference model's for the same prompt and pixels, in the server's dtype (float32 by
+default, `--dtype float64` for a server started with `SGLANG_DS41_DTYPE=float64`). The
+checkpoint is the one the server reports (`/model_info`) unless `--model-dir` names it.
 """
 
 from __future__ import annotations

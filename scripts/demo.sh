@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: the README's Examples, command for command (a test checks
-# that the two lists stay the same): the V4.1 prompt format; the tiny DeepSeek-V4.1 checkpoint
+# that the two lists stay the same): the V4.1 prompt format; the trained tiny DeepSeek-V4.1
 # (official layout and formats, real tokenizer) served by a real SGLang server on this machine's
-# CPU, checked token for token against the pure-PyTorch reference; then the agent examples against
-# a real SGLang server whose test model plays scripted conversations. Servers get a free port
-# instead of the README's 30000, and scratch files a temporary directory instead of /tmp.
+# CPU, checked token for token against the pure-PyTorch reference, then driving the agent
+# examples itself. Servers get a free port instead of the README's 30000, and scratch files a
+# temporary directory instead of /tmp.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${VENV:-"$ROOT/.venv"}
@@ -44,14 +44,11 @@ sglang-ds41 render examples/example_harmony.json
 echo
 sglang-ds41 parse examples/weather_completion.txt --thinking --tools
 
-echo; echo "== 2. the tiny V4.1 checkpoint served by SGLang on CPU, checked against the reference"
+echo; echo "== 2. the embedded default, the trained tiny V4.1, served by SGLang on CPU: checked against"
+echo "   the reference, then driving the agents (the model decides every step; docs/TRAINING.md)"
 serve_bg sglang-ds41 serve --tiny --port $PORT
 python examples/chat_tiny_server.py --base-url http://127.0.0.1:$PORT/v1
 python examples/vision_tiny_server.py --base-url http://127.0.0.1:$PORT/v1
-stop_server
-
-echo; echo "== 3. the agents against a real SGLang server (scripted test model, real parsers)"
-serve_bg sglang-ds41 serve --scripted --port $PORT
 sglang-ds41 agent examples/agents/weather.yaml --base-url http://127.0.0.1:$PORT/v1 --stream
 sglang-ds41 agent examples/agents/weather.yaml --base-url http://127.0.0.1:$PORT/v1 --run-dir $TMPD/ds41-run
 sglang-ds41 agent examples/agents/weather.yaml --base-url http://127.0.0.1:$PORT/v1 --resume $TMPD/ds41-run
@@ -60,7 +57,7 @@ python examples/agents/file_workspace.py $TMPD/ds41-workspace --base-url http://
 python examples/agents/extract_invoice.py --base-url http://127.0.0.1:$PORT/v1
 stop_server
 
-echo; echo "== 4. the same agents with no server (an in-process scripted server)"
+echo; echo "== 3. the same agents with no server (an in-process scripted server plays the intended runs)"
 python examples/agents/weather_calculator.py --scripted
 python examples/agents/file_workspace.py $TMPD/ds41-workspace --scripted
 python examples/agents/extract_invoice.py --scripted

@@ -1,5 +1,5 @@
 """What sglang-ds41 builds once and reuses, and where: one cache root for the checkpoints that
-`serve --tiny`, `--tiny-trained` and `--scripted` serve (built on first use, rebuilt when their
+`serve --tiny` (trained), `--tiny-random` and `--scripted` serve (built on first use, rebuilt when their
 generator changes), the Engram token maps (`engram.token_map`) and `serve`'s logs.
 
 A checkpoint is built in a staging folder beside its target and renamed into place, so a
@@ -26,7 +26,7 @@ def cache_dir() -> Path:
 
 
 def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -> Path:
-    """The random tiny checkpoint (`make-tiny`; `serve --tiny`, the exactness tests),
+    """The random tiny checkpoint (`make-tiny`; `serve --tiny-random`, the exactness tests),
     built on first use and reused while its generator is unchanged (the directory name carries
     a hash of `checkpoint/tiny.py`)."""
     import hashlib
@@ -34,14 +34,15 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
     try:
         from sglang_ds41.checkpoint import tiny
     except ImportError as error:
-        raise Ds41Error(f"--tiny: the tiny checkpoint builder is not available ({error})") from error
+        raise Ds41Error(f"--tiny-random: the tiny checkpoint builder is not available ({error})") from error
     stamp = hashlib.sha256(Path(tiny.__file__).read_bytes()).hexdigest()[:12]
     target = cache_dir() / f"tiny-{variant}-{engram}-seed{seed}-{stamp}"
     return cached_checkpoint(target, lambda out: tiny.write_tiny(out, variant, engram, seed))
 
 
 def trained_tiny_checkpoint(variant: str = "base", engram: str = "fp8") -> Path:
-    """The trained tiny model shipped with the package (`checkpoint.trained`, docs/TRAINING.md),
+    """The trained tiny model shipped with the package (`serve --tiny`, the embedded default;
+    `checkpoint.trained`, docs/TRAINING.md),
     expanded into the official layout on first use and reused while the shipped files and their
     expansion code are unchanged (the directory name carries their hash)."""
     import hashlib
@@ -49,12 +50,12 @@ def trained_tiny_checkpoint(variant: str = "base", engram: str = "fp8") -> Path:
     try:
         from sglang_ds41.checkpoint import bundle, tiny, trained
     except ImportError as error:
-        raise Ds41Error(f"--tiny-trained: the checkpoint builder is not available ({error})") from error
+        raise Ds41Error(f"--tiny: the checkpoint builder is not available ({error})") from error
     shipped = trained.shipped_dir()
     if not (shipped / trained.TENSORS_FILE).is_file():
         raise Ds41Error(
-            f"--tiny-trained: no trained tiny model is shipped in {shipped}; train one (sglang-ds41 "
-            "train-tiny RUN_DIR --bundle DIR, docs/TRAINING.md) or serve the random one (--tiny)"
+            f"--tiny: no trained tiny model is shipped in {shipped}; train one (sglang-ds41 "
+            "train-tiny RUN_DIR --bundle DIR, docs/TRAINING.md) or serve the random one (--tiny-random)"
         )
     digest = hashlib.sha256()
     files = [shipped / n for n in trained.SHIPPED_FILES]

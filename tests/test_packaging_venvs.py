@@ -206,7 +206,7 @@ def test_base_install_renders_the_same_ids_as_the_oracle_tested_environment(ligh
 
 
 def scripted_agent_run(venv: Venv, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    from tests.agents.test_examples import load
+    from tests.examples.commands import load_example as load
 
     spec = str(REPO / "examples" / "agents" / "weather.yaml")
     with load("weather_calculator").scripted() as server:
@@ -333,7 +333,7 @@ def test_the_serve_extra_serves_the_tiny_model_as_the_readme_shows(serve_venv, c
     out = session.server_output().splitlines()
     assert len(out) == 3, out  # where it starts, where it listens and what it serves, that it stopped
     assert out[0].startswith("sglang-ds41 serve: starting SGLang 0.5.23 (sglang-ds41 CPU backend), pid ")
-    tiny = re.escape(str(serve_venv.cache)) + r"/tiny-base-fp8-seed0-\w+"
+    tiny = re.escape(str(serve_venv.cache)) + r"/tiny-trained-base-fp8-\w+"
     what = r"base release, fp8 Engram tables, \d+ tensors; sglang-ds41 CPU backend"
     ready = (
         rf"sglang-ds41 serve: ready after \d+ s: DeepSeek-V4\.1-Flash \({tiny}: {what}\) at {re.escape(url)}"

@@ -1,11 +1,12 @@
 """Structured extraction: the answer is an `Invoice`, validated client-side, repaired if needed.
 
-    sglang-ds41 serve --scripted --port 30000 &
+    sglang-ds41 serve --tiny --port 30000 &
     python examples/agents/extract_invoice.py --base-url http://127.0.0.1:30000/v1
     python examples/agents/extract_invoice.py --scripted
 
-The default text starts with the scripted test model's trigger (`[script:invoice]`), so
-`serve --scripted` answers with the invoice as JSON.
+The request carries the `Invoice` schema as its `response_format`, so the server's grammar keeps
+the trained tiny model's answer to the schema's shape; the values are the model's own reading
+of the text. `--scripted` shows the repair turn: its first reply breaks the currency's pattern.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ if __name__ == "__main__":
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
     where.add_argument("--scripted", action="store_true", help="an in-process scripted server")
-    parser.add_argument("--text", default=f"[script:invoice] {TEXT}", help="the document to extract from")
+    parser.add_argument("--text", default=TEXT, help="the document to extract from")
     args = parser.parse_args()
     try:
         if args.scripted:

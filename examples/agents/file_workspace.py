@@ -1,11 +1,11 @@
 """An agent that works on files inside one directory (no shell, no way out of the directory).
 
-    sglang-ds41 serve --scripted --port 30000 &
+    sglang-ds41 serve --tiny --port 30000 &
     python examples/agents/file_workspace.py /tmp/ds41-workspace --base-url http://127.0.0.1:30000/v1
     python examples/agents/file_workspace.py /tmp/ds41-workspace --scripted
 
-The default task starts with the scripted test model's trigger (`[script:workspace]`), so
-`serve --scripted` plays a whole run: list the directory, write SUMMARY.md, answer.
+The tools cannot reach outside the workspace whatever the model asks. `--scripted` plays a
+whole run from an in-process scripted server: list the directory, write SUMMARY.md, answer.
 """
 
 from __future__ import annotations
@@ -49,9 +49,7 @@ if __name__ == "__main__":
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--base-url", help="the server's OpenAI API: http://127.0.0.1:30000/v1")
     where.add_argument("--scripted", action="store_true", help="an in-process scripted server")
-    parser.add_argument(
-        "--task", default="[script:workspace] List the workspace and write SUMMARY.md describing its files."
-    )
+    parser.add_argument("--task", default="List the workspace and write SUMMARY.md describing its files.")
     parser.add_argument("--run-dir", help="keep a resumable event log here")
     args = parser.parse_args()
     Path(args.workspace).mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,14 @@
 """A tool agent with a weather lookup and a calculator.
 
-    sglang-ds41 serve --scripted --port 30000 &
+    sglang-ds41 serve --tiny --port 30000 &
     python examples/agents/weather_calculator.py --base-url http://127.0.0.1:30000/v1 --transcript
     python examples/agents/weather_calculator.py --scripted
 
-`serve --scripted` is a real SGLang server whose test model plays this run (two parallel
-weather calls, a calculator call, the answer) when the question starts with its trigger,
-`[script:weather-calculator]`, as the default question does; any other V4.1 server works too.
-`--scripted` runs it against an in-process scripted server instead, no SGLang needed.
+Against `serve --tiny` the trained tiny model decides every step itself (which calls, in
+parallel or not, the arithmetic it hands the calculator, the answer); what it gets right and
+wrong is measured in docs/TRAINING.md. Any other V4.1 server works too. `--scripted` plays the
+intended run (two parallel weather calls, a calculator call, the answer) from an in-process
+scripted server instead, no SGLang needed.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import operator
 from sglang_ds41.agents import Agent, AgentError, Runner, function_tool
 
 WEATHER = {"paris": 18.5, "oslo": 4.0, "tokyo": 22.0}
-# The trigger makes the scripted test model play this example; other models ignore it.
-QUESTION = "[script:weather-calculator] What is the average temperature of Paris and Oslo right now?"
+QUESTION = "What is the average temperature of Paris and Oslo right now?"
 _OPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,

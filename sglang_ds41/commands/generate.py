@@ -20,10 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model_dir", metavar="MODEL_DIR", nargs="?", help="checkpoint directory (config.json + safetensors)"
     )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--tiny", action="store_true", help="the random tiny checkpoint (make-tiny)")
     source.add_argument(
-        "--tiny-trained", action="store_true", help="the trained tiny model (docs/TRAINING.md)"
+        "--tiny", action="store_true", help="the embedded default: the trained tiny model (docs/TRAINING.md)"
     )
+    source.add_argument("--tiny-random", action="store_true", help="the random tiny checkpoint (make-tiny)")
     parser.add_argument("--prompt", help="prompt text (raw: BOS + the text's tokens, special tokens parsed)")
     parser.add_argument(
         "--chat",
@@ -58,15 +58,15 @@ def run(args: argparse.Namespace) -> int:
     from sglang_ds41.reference.generate import generate, selftest
     from sglang_ds41.reference.weights import load_reference
 
-    own = "--tiny" if args.tiny else "--tiny-trained" if args.tiny_trained else None
+    own = "--tiny" if args.tiny else "--tiny-random" if args.tiny_random else None
     if own and args.model_dir:
         raise Ds41Error(f"{own} uses its own checkpoint; drop MODEL_DIR {args.model_dir!r}")
     if not own and not args.model_dir:
-        raise Ds41Error("which checkpoint? give MODEL_DIR, --tiny (random) or --tiny-trained")
+        raise Ds41Error("which checkpoint? give MODEL_DIR, --tiny (trained) or --tiny-random")
     if own:
         from sglang_ds41 import cache
 
-        built = cache.trained_tiny_checkpoint() if args.tiny_trained else cache.tiny_checkpoint()
+        built = cache.trained_tiny_checkpoint() if args.tiny else cache.tiny_checkpoint()
         args.model_dir = str(built)
     if args.max_new_tokens < 1:
         raise Ds41Error(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")

@@ -21,13 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--tiny",
         action="store_true",
-        help="serve the tiny random checkpoint (built once into the cache) instead of MODEL_DIR",
+        help="serve the embedded default: the tiny model trained on the synthetic agent corpus "
+        "(shipped with the package, expanded once into the cache; docs/TRAINING.md) instead of MODEL_DIR",
     )
     source.add_argument(
-        "--tiny-trained",
+        "--tiny-random",
         action="store_true",
-        help="serve the tiny model trained on the synthetic agent corpus (shipped with the package, "
-        "expanded once into the cache; docs/TRAINING.md) instead of MODEL_DIR",
+        help="serve make-tiny's random tiny checkpoint (built once into the cache; the exactness checks)",
     )
     source.add_argument(
         "--scripted",
@@ -72,9 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "args",
         nargs=argparse.REMAINDER,
         metavar="MODEL_DIR [SGLANG_ARGS]",
-        help="the checkpoint directory (or --model-path DIR; omit with --tiny, --tiny-trained or "
-        "--scripted), "
-        "then flags for sglang.launch_server",
+        help="the checkpoint directory (or --model-path DIR; omit with --tiny, --tiny-random or "
+        "--scripted), then flags for sglang.launch_server",
     )
 
 
@@ -90,9 +89,8 @@ def _token_budget(text: str) -> int:
 
 
 def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None, list[str]]:
-    """The checkpoint (MODEL_DIR, --model-path / --model DIR, or None for --tiny / --tiny-trained /
-    --scripted)
-    and the SGLang flags left."""
+    """The checkpoint (MODEL_DIR, --model-path / --model DIR, or None for --tiny / --tiny-random /
+    --scripted) and the SGLang flags left."""
     from sglang_ds41.errors import Ds41Error
     from sglang_ds41.serve import launcher as serve
 
@@ -103,15 +101,15 @@ def model_source(args: argparse.Namespace, rest: list[str]) -> tuple[str | None,
     if positional is not None and flagged is not None and positional != flagged:
         raise Ds41Error(f"two checkpoints given: MODEL_DIR {positional!r} and --model-path {flagged!r}")
     given = positional or flagged
-    flags = {"--tiny": args.tiny, "--tiny-trained": args.tiny_trained, "--scripted": args.scripted}
+    flags = {"--tiny": args.tiny, "--tiny-random": args.tiny_random, "--scripted": args.scripted}
     own = next((flag for flag, chosen in flags.items() if chosen), None)
     if own and given is not None:
         raise Ds41Error(f"{own} serves its own checkpoint; drop MODEL_DIR {given!r}")
     if own is None and given is None:
         raise Ds41Error(
             "which checkpoint? give MODEL_DIR (or --model-path DIR, as for sglang.launch_server), "
-            "--tiny for the tiny test checkpoint, --tiny-trained for the trained tiny model, or --scripted "
-            "for the scripted agent model"
+            "--tiny for the trained tiny model, --tiny-random for the random tiny test checkpoint, or "
+            "--scripted for the scripted agent model"
         )
     return given, rest
 
@@ -130,9 +128,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         serve.check_environment(cpu)  # before anything is built or started
     if args.tiny:
-        model_dir = cache.tiny_checkpoint()
-    elif args.tiny_trained:
         model_dir = cache.trained_tiny_checkpoint()
+    elif args.tiny_random:
+        model_dir = cache.tiny_checkpoint()
     elif args.scripted:
         model_dir = cache.scripted_checkpoint()
     else:

@@ -85,7 +85,7 @@ def test_stream_with_json_keeps_stdout_for_the_summary(serve, capsys):
 
 def test_on_event_sees_each_step_without_streaming(serve):
     server = serve(by_turn(REPLIES))
-    from tests.agents.test_examples import load
+    from tests.examples.commands import load_example as load
 
     example = load("weather_calculator")
     seen = []

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from sglang_ds41.agents import Runner
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "agents"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the example's annotations through it
-    spec.loader.exec_module(module)
-    return module
+from tests.examples.commands import load_example as load
 
 
 def test_weather_calculator_example():

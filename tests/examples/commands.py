@@ -13,11 +13,13 @@ directory. A line ending in ` &` starts a server (waited for until it prints its
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,15 @@ README = REPO / "README.md"
 EXAMPLES = REPO / "examples"
 PORT = "30000"
 READY = "ready after"
+
+
+def load_example(name: str):
+    """examples/agents/NAME.py as a module (its `agent`, `scripted()`, types and constants)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / "agents" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the example's annotations through it
+    spec.loader.exec_module(module)
+    return module
 
 
 def bash_blocks(text: str) -> list[list[str]]:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ds41.checkpoint.scripted import DEFAULT_SCRIPTS, INVOICE_JSON_TEXT, SUMMARY_TEXT
 from tests.examples.commands import (
     EXAMPLES,
     README,
@@ -25,13 +24,13 @@ from tests.examples.commands import (
     Session,
     bash_blocks,
     example_file_commands,
+    load_example,
     readme_examples,
     segments,
 )
 from tests.integration.server import free_port
 
-SCRIPT = {s.name: s for s in DEFAULT_SCRIPTS}
-WEATHER_ANSWER = SCRIPT["weather-calculator"].then[1][1]
+EXAMPLE_QUESTION = load_example("weather_calculator").QUESTION
 BIN = Path(sys.executable).parent
 
 # The README's other ```bash blocks, by their first line: what runs them.
@@ -87,12 +86,7 @@ def test_demo_runs_exactly_the_readme_examples():
 
 def test_the_examples_block_has_the_expected_segments():
     servers = [server for server, _ in segments(readme_examples())]
-    assert servers == [
-        None,
-        "sglang-ds41 serve --tiny --port 30000",
-        "sglang-ds41 serve --scripted --port 30000",
-        None,
-    ]
+    assert servers == [None, "sglang-ds41 serve --tiny --port 30000", None]
 
 
 # ---- checks of each command's output ---------------------------------------------------------
@@ -113,29 +107,51 @@ def check(result, session: Session) -> None:
         assert "server == reference, token for token: True" in out
     elif "vision_tiny_server.py" in cmd:
         assert "server == reference, token for token: True" in out and ": False" not in out
-    elif cmd.startswith("sglang-ds41 agent") and "--stream" in cmd:
-        assert out.count(WEATHER_ANSWER) == 1 and WEATHER_ANSWER not in result.stderr  # once, on stdout
-        assert "[thinking] " in result.stderr and "[step 3]" in result.stderr
-        assert SCRIPT["weather-calculator"].reasoning not in out  # reasoning only on stderr
-    elif cmd.startswith("sglang-ds41 agent"):
-        assert out.strip() == WEATHER_ANSWER
-        assert "[done] 3 steps, 3 tool calls" in result.stderr or "--resume" in cmd
-    elif "weather_calculator.py" in cmd:
+    elif "--scripted" in cmd:  # the in-process scripted server plays the intended run
+        check_scripted_run(cmd, out, session)
+    else:  # the served tiny model's own run
+        check_model_run(result, session)
+
+
+def check_scripted_run(cmd: str, out: str, session: Session) -> None:
+    if "weather_calculator.py" in cmd:
         assert "(3 steps, 3 tool calls" in out
-        assert ("--scripted" in cmd) or WEATHER_ANSWER in out
     elif "file_workspace.py" in cmd:
-        workspace = session.scratch / "ds41-workspace"
-        if "--scripted" in cmd:
-            assert (workspace / "SUMMARY.md").read_text() == "# Summary\n\nNotes collected.\n"
-        else:
-            assert out.strip() == SCRIPT["workspace"].then[1][1]
-            assert (workspace / "SUMMARY.md").read_text() == SUMMARY_TEXT
+        summary = session.scratch / "ds41-workspace" / "SUMMARY.md"
+        assert summary.read_text() == "# Summary\n\nNotes collected.\n"
     elif "extract_invoice.py" in cmd:
         printed = json.loads(out[: out.rindex("}") + 1])
-        if "--scripted" in cmd:
-            assert printed["currency"] == "EUR" and printed["total"] == 13.5
-        else:
-            assert printed == json.loads(INVOICE_JSON_TEXT)
+        assert printed["currency"] == "EUR" and printed["total"] == 13.5
+    else:
+        raise AssertionError(f"no output check for {cmd!r}: add one")
+
+
+def check_model_run(result, session: Session) -> None:
+    """What the trained model does is its own (docs/TRAINING.md measures how well); what must
+    hold is the runner's contract around it: progress and answer where the README says, a
+    resumed finished run giving the same answer, a structured answer that validates."""
+    cmd, out, err = result.command, result.stdout, result.stderr
+    done = re.search(r"\[done\] \d+ steps, \d+ tool calls", err)
+    if cmd.startswith("sglang-ds41 agent") and "--stream" in cmd:
+        assert "[step 1] waiting for the model" in err and done
+    elif cmd.startswith("sglang-ds41 agent") and "--resume" in cmd:
+        [logged] = [r for r in session.results if "--run-dir" in r.command]
+        assert out == logged.stdout and out.strip()  # the finished run's answer, not a new run
+    elif cmd.startswith("sglang-ds41 agent"):
+        assert out.strip() and done
+    elif "weather_calculator.py" in cmd:
+        lines = out.rstrip("\n").splitlines()
+        transcript = [json.loads(line) for line in lines if line.startswith('{"role": ')]
+        assert {"role": "user", "content": EXAMPLE_QUESTION} in transcript[:2]  # after the instructions
+        assert transcript[-1]["role"] == "assistant"  # then the answer: its content, as printed
+        assert "\n".join(lines[len(transcript) : -1]) == transcript[-1]["content"]
+        assert re.fullmatch(r"\(\d+ steps, \d+ tool calls, \d+ tokens\)", lines[-1])
+    elif "file_workspace.py" in cmd:
+        assert out.strip()  # whatever it wrote stays inside the workspace (the cwd stays empty)
+    elif "extract_invoice.py" in cmd:
+        printed = json.loads(out[: out.rindex("}") + 1])
+        example = load_example("extract_invoice")
+        example.Invoice.model_validate(printed)
     else:
         raise AssertionError(f"no output check for {cmd!r}: add one")
 
@@ -169,10 +185,10 @@ def test_the_examples_without_a_server_run_as_written_from_another_directory(ses
 
 
 @pytest.mark.integration
-def test_the_agent_examples_run_as_written_against_the_scripted_sglang_server(session):
-    [(server, commands)] = [s for s in segments(readme_examples()) if s[0] and "--scripted" in s[0]]
+def test_the_examples_run_as_written_against_the_tiny_sglang_server(session):
+    [(server, commands)] = [s for s in segments(readme_examples()) if s[0] and "--tiny" in s[0]]
     run_segment(session, server, commands)
-    assert len(session.results) == 6
+    assert len(session.results) == 8
     assert session.cwd.exists() and not any(session.cwd.iterdir())  # nothing written to the cwd
 
 

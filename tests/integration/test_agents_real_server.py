@@ -9,7 +9,6 @@ the wire, so what the server received can be checked against our own encoder: th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -40,6 +39,7 @@ from sglang_ds41.checkpoint.scripted import (
     WORKSPACE_TRIGGER,
 )
 from tests.agents.crash_agent import make_agent as make_notes_agent
+from tests.examples.commands import load_example
 
 pytestmark = pytest.mark.integration
 
@@ -314,14 +314,6 @@ def test_a_run_killed_at_event_boundaries_resumes_to_the_same_transcript(url, tm
 
 
 # ---- the examples, as a user runs them -------------------------------------------------------
-
-
-def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # pydantic resolves the example's annotations through it
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

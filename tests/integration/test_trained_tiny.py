@@ -1,4 +1,4 @@
-"""The trained tiny model through `sglang-ds41 serve --tiny-trained`, asked as a user would: the
+"""The trained tiny model through `sglang-ds41 serve --tiny`, asked as a user would: the
 plain `openai` client, default settings (thinking on), entities it never saw in training.
 
 What the shipped model does reliably is the *shape* of each task: which tool, how many calls,

@@ -126,16 +126,16 @@ def test_missing_checkpoint_says_how_to_give_one(capsys, launched):
     assert "which checkpoint? give MODEL_DIR (or --model-path DIR" in err and "--tiny" in err
 
 
-def test_tiny_serves_the_cached_tiny_checkpoint(ckpt, monkeypatch, launched):
+def test_tiny_random_serves_the_cached_random_tiny_checkpoint(ckpt, monkeypatch, launched):
     monkeypatch.setattr(cache, "tiny_checkpoint", lambda: ckpt)
-    assert cli.main(["serve", "--tiny", "--", "--port", "31001"]) == 0
+    assert cli.main(["serve", "--tiny-random", "--", "--port", "31001"]) == 0
     launch, _, serving = launched[0]
     assert model_path(launch) == str(ckpt)
     assert str(ckpt) in serving  # the ready line names the checkpoint it serves
 
 
 def test_tiny_passes_sglang_flags_through_without_a_separator(ckpt, monkeypatch, launched):
-    monkeypatch.setattr(cache, "tiny_checkpoint", lambda: ckpt)
+    monkeypatch.setattr(cache, "trained_tiny_checkpoint", lambda: ckpt)
     assert cli.main(["serve", "--tiny", "--port", "31002", "--disable-radix-cache"]) == 0
     argv = launched[0][0].argv
     assert argv[argv.index("--port") + 1] == "31002"
@@ -299,16 +299,16 @@ def test_a_port_in_use_is_refused_before_anything_starts(ckpt, capsys, launched)
     assert cli.main(["serve", str(ckpt), "--port", str(port)]) == 0  # free again
 
 
-def test_tiny_trained_serves_the_trained_checkpoint(ckpt, monkeypatch, launched):
+def test_tiny_serves_the_trained_checkpoint(ckpt, monkeypatch, launched):
     monkeypatch.setattr(cache, "trained_tiny_checkpoint", lambda: ckpt)
-    assert cli.main(["serve", "--tiny-trained", "--port", "31003"]) == 0
+    assert cli.main(["serve", "--tiny", "--port", "31003"]) == 0
     assert model_path(launched[0][0]) == str(ckpt)
 
 
-def test_tiny_trained_without_a_shipped_model_says_what_to_do(tmp_path, monkeypatch, capsys, launched):
+def test_tiny_without_a_shipped_model_says_what_to_do(tmp_path, monkeypatch, capsys, launched):
     from sglang_ds41.checkpoint import trained
 
     monkeypatch.setattr(trained, "shipped_dir", lambda: tmp_path / "nothing")
-    assert cli.main(["serve", "--tiny-trained", "--port", "31005"]) == 2
+    assert cli.main(["serve", "--tiny", "--port", "31005"]) == 2
     err = capsys.readouterr().err
-    assert "no trained tiny model is shipped" in err and "(--tiny)" in err and launched == []
+    assert "no trained tiny model is shipped" in err and "(--tiny-random)" in err and launched == []
