@@ -133,12 +133,15 @@ def check_model_run(result, session: Session) -> None:
     cmd, out, err = result.command, result.stdout, result.stderr
     done = re.search(r"\[done\] \d+ steps, \d+ tool calls", err)
     if cmd.startswith("sglang-ds41 agent") and "--stream" in cmd:
-        assert "[step 1] waiting for the model" in err and done
+        assert "[step 1] waiting for the model" in err and "[thinking] " in err and done
     elif cmd.startswith("sglang-ds41 agent") and "--resume" in cmd:
         [logged] = [r for r in session.results if "--run-dir" in r.command]
         assert out == logged.stdout and out.strip()  # the finished run's answer, not a new run
     elif cmd.startswith("sglang-ds41 agent"):
-        assert out.strip() and done
+        # greedy (the shipped generation_config): the same run as the streamed one, whose
+        # content went to stdout as it came and whose reasoning went to stderr only
+        [streamed] = [r for r in session.results if "--stream" in r.command]
+        assert out.strip() and done and out.strip() == streamed.stdout.strip()
     elif "weather_calculator.py" in cmd:
         lines = out.rstrip("\n").splitlines()
         transcript = [json.loads(line) for line in lines if line.startswith('{"role": ')]
