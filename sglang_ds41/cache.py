@@ -1,6 +1,6 @@
 """What sglang-ds41 builds once and reuses, and where: one cache root for the checkpoints that
-`serve --tiny` (trained), `--tiny-random` and `--scripted` serve (built on first use, rebuilt when their
-generator changes), the Engram token maps (`engram.token_map`) and `serve`'s logs.
+`serve --tiny` (trained), `--tiny-random` and `--scripted` serve (built on first use, rebuilt
+when their generator changes), the Engram token maps (`engram.token_map`) and `serve`'s logs.
 
 A checkpoint is built in a staging folder beside its target and renamed into place, so a
 concurrent or interrupted build never leaves a half-written checkpoint where a server looks.
@@ -42,9 +42,9 @@ def tiny_checkpoint(variant: str = "base", engram: str = "fp8", seed: int = 0) -
 
 def trained_tiny_checkpoint(variant: str = "base", engram: str = "fp8") -> Path:
     """The trained tiny model shipped with the package (`serve --tiny`, the embedded default;
-    `checkpoint.trained`, docs/TRAINING.md),
-    expanded into the official layout on first use and reused while the shipped files and their
-    expansion code are unchanged (the directory name carries their hash)."""
+    `checkpoint.trained`, docs/TRAINING.md), expanded into the official layout on first use and
+    reused while the shipped files and their expansion code are unchanged (the directory name
+    carries their hash)."""
     import hashlib
 
     try:

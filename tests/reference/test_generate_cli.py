@@ -62,3 +62,23 @@ def test_missing_prompt_is_a_clear_error(cli):
     done = cli("--max-new-tokens", "2")
     assert done.returncode == 2
     assert "--prompt is required" in done.stderr
+
+
+@pytest.mark.parametrize("flag", ["--tiny", "--tiny-random"])
+def test_tiny_flags_generate_with_their_own_checkpoints(flag, token_map_cache):
+    """`--tiny` is the trained model, `--tiny-random` make-tiny's: each one's greedy tokens are
+    that checkpoint's reference continuation (the other's would differ)."""
+    from sglang_ds41.cache import tiny_checkpoint, trained_tiny_checkpoint
+    from sglang_ds41.reference.generate import generate
+    from sglang_ds41.reference.weights import load_reference
+
+    env = {**os.environ, "SGLANG_DS41_ENGRAM_CACHE": str(token_map_cache)}
+    args = [flag, "--prompt", "Hi", "--json", "--max-new-tokens", "4"]
+    argv = [sys.executable, "-m", "sglang_ds41", "generate", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    mine, other = (trained_tiny_checkpoint(), tiny_checkpoint())[:: 1 if flag == "--tiny" else -1]
+    want = generate(load_reference(mine, torch.float32), out["prompt_token_ids"], 4)
+    assert out["token_ids"] == want
+    assert generate(load_reference(other, torch.float32), out["prompt_token_ids"], 4) != want
