@@ -206,10 +206,10 @@ def test_base_install_renders_the_same_ids_as_the_oracle_tested_environment(ligh
 
 
 def scripted_agent_run(venv: Venv, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
-    from tests.examples.commands import load_example as load
+    from tests.examples.commands import load_example
 
     spec = str(REPO / "examples" / "agents" / "weather.yaml")
-    with load("weather_calculator").scripted() as server:
+    with load_example("weather_calculator").scripted() as server:
         return venv.run(
             "sglang-ds41", "agent", spec, "--base-url", server.base_url, *extra, cwd=cwd, timeout=300
         )

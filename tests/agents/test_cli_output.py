@@ -85,9 +85,9 @@ def test_stream_with_json_keeps_stdout_for_the_summary(serve, capsys):
 
 def test_on_event_sees_each_step_without_streaming(serve):
     server = serve(by_turn(REPLIES))
-    from tests.examples.commands import load_example as load
+    from tests.examples.commands import load_example
 
-    example = load("weather_calculator")
+    example = load_example("weather_calculator")
     seen = []
     result = Runner.run_sync(example.agent, "go", base_url=server.base_url, on_event=seen.append)
     assert result.final_output == ANSWER

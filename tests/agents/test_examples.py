@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from sglang_ds41.agents import Runner
 
-from tests.examples.commands import load_example as load
+from tests.examples.commands import load_example
 
 
 def test_weather_calculator_example():
-    ex = load("weather_calculator")
+    ex = load_example("weather_calculator")
     with ex.scripted() as server:
         result = Runner.run_sync(ex.agent, "avg?", base_url=server.base_url)
     tool_results = [m["content"] for m in result.messages if m["role"] == "tool"]
@@ -16,14 +16,14 @@ def test_weather_calculator_example():
 
 
 def test_file_workspace_example(tmp_path):
-    ex = load("file_workspace")
+    ex = load_example("file_workspace")
     with ex.scripted() as server:
         Runner.run_sync(ex.make_agent(str(tmp_path)), "summarise", base_url=server.base_url)
     assert (tmp_path / "SUMMARY.md").read_text() == "# Summary\n\nNotes collected.\n"
 
 
 def test_extract_invoice_example_repairs_once():
-    ex = load("extract_invoice")
+    ex = load_example("extract_invoice")
     with ex.scripted() as server:
         result = Runner.run_sync(ex.agent, ex.TEXT, base_url=server.base_url)
     assert result.steps == 2 and result.final_output.currency == "EUR" and result.final_output.total == 13.5
