@@ -42,7 +42,6 @@ from sglang_ds41.training.corpus.tasks import FAMILIES, draw
 
 RESULTS = Path(__file__).resolve().parent / "results" / "copy_spans.json"
 BUNDLE = Path(__file__).resolve().parents[1] / "sglang_ds41" / "assets" / "tiny-trained"
-KINDS = ("number", "name", "other")
 _NUMBER = re.compile(r"[-+*/().\d\s]+")
 
 
@@ -127,7 +126,7 @@ def live_ids(bundle: Path) -> set[int]:
 def measure(conversations: int, seed: int, live: set[int]) -> dict[str, Any]:
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     examples: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    families = [f for f in FAMILIES if f not in ("repeat",)]
+    families = [f for f in FAMILIES if f != "repeat"]  # repeat answers in plain text: nothing to count
     for split in SPLITS:
         rng, pools = random.Random(seed), Pools(split)
         for i in range(conversations):
@@ -136,7 +135,7 @@ def measure(conversations: int, seed: int, live: set[int]) -> dict[str, Any]:
             for (prompt, completion), values in zip(pairs, copied_values(dialogue.body), strict=True):
                 for value in values:
                     runs = value_ids(completion, value)
-                    if not runs:
+                    if not runs:  # written escaped (a JSON string's quotes, say): not this value's text
                         continue
                     run = runs[0]
                     key = f"{split}/{kind(value)}"
