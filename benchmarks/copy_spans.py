@@ -39,33 +39,10 @@ from sglang_ds41.encoding.request import conversation_from_request
 from sglang_ds41.training.corpus.pools import HELD_OUT, SPLITS, Pools
 from sglang_ds41.training.corpus.samples import turns
 from sglang_ds41.training.corpus.tasks import FAMILIES, draw
+from sglang_ds41.training.evaluate import leaves, value_kind
 
 RESULTS = Path(__file__).resolve().parent / "results" / "copy_spans.json"
 BUNDLE = Path(__file__).resolve().parents[1] / "sglang_ds41" / "assets" / "tiny-trained"
-_NUMBER = re.compile(r"[-+*/().\d\s]+")
-
-
-def kind(value: str) -> str:
-    """`number` (digits and arithmetic), `name` (starts with a letter, letters and spaces), or
-    `other` (codes, dates, e-mail addresses, file names, ...)."""
-    if _NUMBER.fullmatch(value) and any(c.isdigit() for c in value):
-        return "number"
-    if value[:1].isalpha() and all(c.isalpha() or c == " " for c in value):
-        return "name"
-    return "other"
-
-
-def leaves(value: Any) -> list[str]:
-    """The scalar leaves of a JSON value, as text (numbers as JSON writes them)."""
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in leaves(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in leaves(v)]
-    if isinstance(value, bool) or value is None:
-        return []
-    return [value if isinstance(value, str) else json.dumps(value)]
-
-
 def token_spans(ids: list[int]) -> list[tuple[int, int]]:
     """Character range of each id in the decoded text of `ids` (by decoding growing prefixes)."""
     tok = text_tokenizer()
@@ -138,16 +115,16 @@ def measure(conversations: int, seed: int, live: set[int]) -> dict[str, Any]:
                     if not runs:  # written escaped (a JSON string's quotes, say): not this value's text
                         continue
                     run = runs[0]
-                    key = f"{split}/{kind(value)}"
+                    key = f"{split}/{value_kind(value)}"
                     row = counts[key]
                     row["values"] += 1
                     row["aligned"] += bool(run)
                     row["span"] += bool(run) and contains(prompt, run)
                     row["live"] += bool(run) and all(i in live for i in run)
                     respelled = run and not contains(prompt, run)
-                    if split == HELD_OUT and respelled and len(examples[kind(value)]) < 3:
+                    if split == HELD_OUT and respelled and len(examples[value_kind(value)]) < 3:
                         tok = text_tokenizer()
-                        examples[kind(value)].append(
+                        examples[value_kind(value)].append(
                             {
                                 "value": value,
                                 "in_prompt": prompt_pieces(prompt, value),

@@ -217,8 +217,8 @@ def main() -> int:
     result = {"model_dir": str(model_dir), "cases": len(cases), "loops": len(loops), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    metrics = ["call.exact", "loop.success", "json.valid", "json.fields", "short.correct", "answer.facts",
-               "ended", "perplexity"]  # fmt: skip
+    metrics = ["call.exact", "call.exact_names", "call.exact_numbers", "loop.success", "json.valid",
+               "json.fields", "short.correct", "answer.facts", "ended", "perplexity"]  # fmt: skip
     print("| variant | " + " | ".join(metrics) + " |")
     print("|---" * (len(metrics) + 1) + "|")
     for name, summary in rows.items():

@@ -6,7 +6,9 @@ each assistant turn of a conversation is one case: the request up to that turn, 
 the corpus would have written. Scores, per case kind:
 
 * `call`   — a turn that calls tools: exact match of every call's name and arguments (parsed
-             JSON), in order;
+             JSON), in order (`exact`); again apart (`exact_names`, `exact_numbers`) for the
+             turns whose copied arguments hold a name, or only numbers: a name is written with
+             other ids in a call than in the prompt, a number with the same (docs/TRAINING.md §7);
 * `answer` — a final answer after tool results: every value of the expected answer that the
              conversation supplied (numbers, names) appears in the answer;
 * `json`   — a JSON answer: parses, validates against the request's schema (`valid`), and the
@@ -113,10 +115,49 @@ def supplied_values(case: Case) -> list[str]:
     return [v for v in _VALUE.findall(case.expected.get("content") or "") if v in seen and v not in common]
 
 
+_NUMBER = re.compile(r"[-+*/().\d\s]+")
+
+
+def value_kind(value: str) -> str:
+    """`number` (digits and arithmetic), `name` (a letter first, then letters and spaces), or
+    `other` (codes, dates, e-mail addresses, file names, ...)."""
+    if _NUMBER.fullmatch(value) and any(c.isdigit() for c in value):
+        return "number"
+    if value[:1].isalpha() and all(c.isalpha() or c == " " for c in value):
+        return "name"
+    return "other"
+
+
+def leaves(value: Any) -> list[str]:
+    """The scalar leaves of a JSON value, as text (numbers as JSON writes them)."""
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in leaves(v)]
+    if isinstance(value, bool) or value is None:
+        return []
+    return [value if isinstance(value, str) else json.dumps(value)]
+
+
+def copied_kinds(case: Case) -> set[str]:
+    """The kinds of the expected calls' argument values that the conversation supplied."""
+    context = " ".join(
+        str(m.get("content") or "") for m in case.body["messages"] if m["role"] in ("user", "tool")
+    )
+    values = [v for _, arguments in calls_of(case.expected) for v in leaves(arguments)]
+    return {value_kind(v) for v in values if v and v in context}
+
+
 def score(case: Case, got: dict[str, Any]) -> dict[str, float]:
     content = (got.get("content") or "").strip()
     if case.kind == "call":
-        return {"exact": float(calls_of(got) == calls_of(case.expected) and bool(calls_of(got)))}
+        exact = float(calls_of(got) == calls_of(case.expected) and bool(calls_of(got)))
+        kinds = copied_kinds(case)
+        if "name" in kinds:
+            return {"exact": exact, "exact_names": exact}
+        if kinds == {"number"}:
+            return {"exact": exact, "exact_numbers": exact}
+        return {"exact": exact}
     if case.kind == "answer":
         values = supplied_values(case)
         return {"facts": float(all(v in content for v in values)) if values else float(bool(content))}

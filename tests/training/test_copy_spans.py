@@ -62,7 +62,7 @@ def test_a_city_in_a_call_is_spelt_with_other_ids_than_in_the_question():
     assert run == tok.encode("Richmond", add_special_tokens=False).ids  # the bare word: Rich + mond
     assert tok.encode(" Richmond", add_special_tokens=False).ids[0] in prompt  # the question's one id
     assert not bench.contains(prompt, run)
-    assert bench.kind(value) == "name"
+    assert bench.value_kind(value) == "name"
 
 
 def test_an_expression_in_a_call_is_a_run_of_the_question_ids():
@@ -70,7 +70,7 @@ def test_an_expression_in_a_call_is_a_run_of_the_question_ids():
     prompt, run, value = _first_run(_call("Compute 487 * 36.", "calculate", {"expression": "487 * 36"}))
     assert text_tokenizer().decode(run) == "487 * 36"
     assert bench.contains(prompt, run)
-    assert bench.kind(value) == "number"
+    assert bench.value_kind(value) == "number"
 
 
 def test_values_the_prompt_does_not_hold_are_not_counted():

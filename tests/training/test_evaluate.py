@@ -1,5 +1,7 @@
-"""The held-out evaluation scores the corpus's own turns as right, and counts turns cut at the
-token limit as not ended."""
+"""The held-out evaluation scores the corpus's own turns as right, scores calls apart by the kind
+of value they copy, and counts turns cut at the token limit as not ended."""
+
+import json
 
 import pytest
 import torch
@@ -28,3 +30,20 @@ def test_a_turn_cut_at_the_token_limit_has_not_ended():
     cut = E.evaluate(E.ReferenceCompleter(model, max_new_tokens=2), cases).summary()
     assert cut["ended"] == 0.0
     assert all(v == 0.0 for k, v in cut.items() if k.startswith("call.") or k.startswith("json."))
+
+
+def _call_case(question: str, name: str, arguments: dict) -> E.Case:
+    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    body = {"messages": [{"role": "user", "content": question}]}
+    return E.Case("call", "weather", body, {"tool_calls": [call]})
+
+
+def test_calls_are_scored_apart_by_whether_they_copy_a_name_or_only_numbers():
+    city = _call_case("What is the weather in Richmond?", "get_weather", {"city": "Richmond"})
+    wrong = {"tool_calls": [{"function": {"name": "get_weather", "arguments": '{"city": "Lima"}'}}]}
+    assert E.score(city, city.expected) == {"exact": 1.0, "exact_names": 1.0}
+    assert E.score(city, wrong) == {"exact": 0.0, "exact_names": 0.0}
+    product = _call_case("Compute 487 * 36.", "calculate", {"expression": "487 * 36"})
+    assert E.score(product, product.expected) == {"exact": 1.0, "exact_numbers": 1.0}
+    made_up = _call_case("What is the weather there?", "get_weather", {"city": "Richmond"})  # not copied
+    assert E.score(made_up, made_up.expected) == {"exact": 1.0}
