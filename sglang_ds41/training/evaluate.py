@@ -104,13 +104,16 @@ def calls_of(message: dict[str, Any]) -> list[tuple[str, Any]]:
 _VALUE = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z][\w.@-]*")
 
 
+def supplied_text(case: Case) -> str:
+    """What the conversation gave the model to copy from: the user's text and the tool results."""
+    messages = case.body["messages"]
+    return " ".join(str(m.get("content") or "") for m in messages if m["role"] in ("user", "tool"))
+
+
 def supplied_values(case: Case) -> list[str]:
     """Values of the expected answer that the conversation supplied (numbers and words of the
     user's text and the tool results): what a correct answer must repeat."""
-    context = " ".join(
-        str(m.get("content") or "") for m in case.body["messages"] if m["role"] in ("user", "tool")
-    )
-    seen = set(_VALUE.findall(context))
+    seen = set(_VALUE.findall(supplied_text(case)))
     common = {"the", "is", "in", "a", "of", "and", "to", "at", "for", "on", "it", "I"}
     return [v for v in _VALUE.findall(case.expected.get("content") or "") if v in seen and v not in common]
 
@@ -141,9 +144,7 @@ def leaves(value: Any) -> list[str]:
 
 def copied_kinds(case: Case) -> set[str]:
     """The kinds of the expected calls' argument values that the conversation supplied."""
-    context = " ".join(
-        str(m.get("content") or "") for m in case.body["messages"] if m["role"] in ("user", "tool")
-    )
+    context = supplied_text(case)
     values = [v for _, arguments in calls_of(case.expected) for v in leaves(arguments)]
     return {value_kind(v) for v in values if v and v in context}
 
