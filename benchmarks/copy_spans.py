@@ -43,22 +43,22 @@ from sglang_ds41.training.evaluate import leaves, value_kind
 
 RESULTS = Path(__file__).resolve().parent / "results" / "copy_spans.json"
 BUNDLE = Path(__file__).resolve().parents[1] / "sglang_ds41" / "assets" / "tiny-trained"
-def token_spans(ids: list[int]) -> list[tuple[int, int]]:
-    """Character range of each id in the decoded text of `ids` (by decoding growing prefixes)."""
+
+
+def token_spans(ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The decoded text of `ids` and each id's character range in it (by decoding growing
+    prefixes)."""
     tok = text_tokenizer()
-    spans, end = [], 0
+    text, spans = "", []
     for k in range(len(ids)):
-        text = tok.decode(ids[: k + 1], skip_special_tokens=False)
-        spans.append((end, len(text)))
-        end = len(text)
-    return spans
+        start, text = len(text), tok.decode(ids[: k + 1], skip_special_tokens=False)
+        spans.append((start, len(text)))
+    return text, spans
 
 
 def value_ids(completion: list[int], value: str) -> list[list[int]]:
     """The id runs of `completion` that spell `value` exactly (token boundaries at both ends)."""
-    tok = text_tokenizer()
-    text = tok.decode(completion, skip_special_tokens=False)
-    spans = token_spans(completion)
+    text, spans = token_spans(completion)
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
     for k, (s, e) in enumerate(spans):
@@ -114,17 +114,16 @@ def measure(conversations: int, seed: int, live: set[int]) -> dict[str, Any]:
                     runs = value_ids(completion, value)
                     if not runs:  # written escaped (a JSON string's quotes, say): not this value's text
                         continue
-                    run = runs[0]
-                    key = f"{split}/{value_kind(value)}"
-                    row = counts[key]
+                    run, kind = runs[0], value_kind(value)
+                    span = bool(run) and contains(prompt, run)
+                    row = counts[f"{split}/{kind}"]
                     row["values"] += 1
                     row["aligned"] += bool(run)
-                    row["span"] += bool(run) and contains(prompt, run)
+                    row["span"] += span
                     row["live"] += bool(run) and all(i in live for i in run)
-                    respelled = run and not contains(prompt, run)
-                    if split == HELD_OUT and respelled and len(examples[value_kind(value)]) < 3:
+                    if split == HELD_OUT and run and not span and len(examples[kind]) < 3:
                         tok = text_tokenizer()
-                        examples[value_kind(value)].append(
+                        examples[kind].append(
                             {
                                 "value": value,
                                 "in_prompt": prompt_pieces(prompt, value),
@@ -137,11 +136,10 @@ def measure(conversations: int, seed: int, live: set[int]) -> dict[str, Any]:
 def prompt_pieces(prompt: list[int], value: str) -> list[str]:
     """The prompt's tokens that cover the first occurrence of `value` (for the examples)."""
     tok = text_tokenizer()
-    text = tok.decode(prompt, skip_special_tokens=False)
+    text, spans = token_spans(prompt)
     at = text.find(value)
     if at < 0:
         return []
-    spans = token_spans(prompt)
     return [tok.id_to_token(prompt[k]) for k, (s, e) in enumerate(spans) if e > at and s < at + len(value)]
 
 
