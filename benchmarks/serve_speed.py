@@ -1,12 +1,16 @@
 """How fast the CPU engine's step is, next to plain PyTorch and upstream SGLang doing the same work.
 
-    .venv/bin/python benchmarks/serve_speed.py [--sizes tiny,trained] [--contexts 512,4096,16384]
-        [--batches 1,4,16] [--steps 16] [--repeats 3] [--no-served] [--no-sglang-peer]
+    .venv/bin/python benchmarks/serve_speed.py [--sizes tiny,trained,shipped]
+        [--contexts 512,4096,16384] [--batches 1,4,16] [--steps 16] [--repeats 3] [--no-served]
+        [--no-sglang-peer]
 
-Two model sizes: `tiny` (the tiny checkpoint: hidden 64, 4 heads, window 8, top-k 4) and
-`trained` (the coming trained model's shape: hidden 192, 8 heads x 64, window 128, top-k 1024,
-candidate blocks 8 x 128, YaRN from 2,048 to 32,768, Engram tables of ~96k rows: `TRAINED`).
-Both have the real 129,280-id vocabulary and 8 layers with the tiny layer roles. float32, one
+Three models: `tiny` (the tiny checkpoint: hidden 64, 4 heads, window 8, top-k 4), `trained`
+(random weights in the trained model's shape, `training.config.TRAINED_TEXT`: hidden 128,
+4 heads x 64, window 128, top-k 1024, candidate blocks 8 x 128, YaRN from 2,048 to 32,768,
+Engram tables of ~96k rows; every head row nonzero, as in a real checkpoint) and `shipped`
+(the embedded default itself, `serve --tiny`: that shape with its trained weights, whose head
+is computed over its ~25k nonzero rows, `fast/head.py`; the peer's head has all 129,280).
+All have the real 129,280-id vocabulary and 8 layers with the tiny layer roles. float32, one
 thread, as `serve` and `generate` compute by default.
 
 Per size, in one run (peers measured in the same process / on the same cores, interleaved
@@ -60,29 +64,21 @@ from sglang_ds41.config import V41Config
 from sglang_ds41.errors import Ds41Error
 from sglang_ds41.serve import launcher
 from sglang_ds41.serve.server_process import free_port, running_server
+from sglang_ds41.training.config import TRAINED_TEXT
 
 RESULTS = Path(__file__).resolve().parent / "results" / "serve_speed.json"
 PAGE = 2  # `serve`'s --page-size
 CHUNK = 4096  # prefill chunk, as the served runs' --chunked-prefill-size
 
-# The coming trained model's shape (issue 24), as overrides of the tiny text_config.
-TRAINED = {
-    "hidden_size": 192, "num_attention_heads": 8, "head_dim": 64, "q_lora_rank": 96,
-    "o_lora_rank": 64, "moe_intermediate_size": 192, "sliding_window": 128, "index_topk": 1024,
-    "candidate_block_size": 8, "candidate_topk_blocks": 128, "max_position_embeddings": 32768,
-    "rope_scaling": {"rope_type": "yarn", "factor": 16, "beta_fast": 32, "beta_slow": 1,
-                     "original_max_position_embeddings": 2048},
-    "engram_vocab_size": 16000,
-}  # fmt: skip
-
-
 def checkpoint(size: str) -> Path:
     """The checkpoint of `size`, built once into the cache (the tiny one with 131,072 positions)."""
     if size == "tiny":
         return serve_scaling.long_context_checkpoint(cache.tiny_checkpoint())
-    key = hashlib.sha256(json.dumps(TRAINED, sort_keys=True).encode()).hexdigest()[:12]
+    if size == "shipped":
+        return cache.trained_tiny_checkpoint()
+    key = hashlib.sha256(json.dumps(TRAINED_TEXT, sort_keys=True).encode()).hexdigest()[:12]
     target = cache.cache_dir() / f"speed-trained-{key}"
-    return cache.cached_checkpoint(target, lambda out: write_tiny(out, overrides=TRAINED))
+    return cache.cached_checkpoint(target, lambda out: write_tiny(out, overrides=TRAINED_TEXT))
 
 
 def prompt(n: int, generator: torch.Generator) -> list[int]:
@@ -427,7 +423,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="tiny,trained", help="tiny and/or trained")
+    parser.add_argument("--sizes", default="tiny,trained,shipped", help="of tiny, trained, shipped")
     parser.add_argument("--contexts", type=_ints, default=(512, 4096, 16384))
     parser.add_argument("--batches", type=_ints, default=(1, 4, 16))
     parser.add_argument("--steps", type=int, default=16, help="decode steps per measurement")
@@ -439,7 +435,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.sizes = args.sizes.split(",")
-    if unknown := set(args.sizes) - {"tiny", "trained"}:
+    if unknown := set(args.sizes) - {"tiny", "trained", "shipped"}:
         parser.error(f"--sizes: unknown {sorted(unknown)}")
     if 512 not in args.contexts or 1 not in args.batches:
         parser.error("--contexts must include 512 and --batches 1 (the goals' base case)")
