@@ -1,0 +1,220 @@
+"""Can the trained model's architecture learn how words are spelt without their space? Measured.
+
+A name in a question is one id with its space (`ĠRichmond`); the same name as a tool call's
+argument is other ids (`Rich`, `mond`), because in the call a `>` and not a space comes before
+it (docs/TRAINING.md §7, `copy_spans.py`). Copying ids cannot write it; the model has to know
+each word's spelling without its space. This benchmark teaches only that, as plainly as it can
+be put, and measures how much of it the model holds:
+
+    BOS  ĠWord > W o rd <  ĠOther > Other <  ...    (loss on the pieces and the closing `<`)
+
+With `--gap N`, N lower-case words (`Ġ` + lower-case letters) stand between each word and its
+`>`, as the rest of a question stands between a city and the call that spells it: the spelling
+must then be read through attention, not from the id just before.
+
+The words are the vocabulary's capitalised space-prefixed words (`Ġ` + capital + lower-case
+letters, one id each: 12,718 in the V4.1 tokenizer; `--words` takes a seeded sample), split into
+trained and held-out words (`--held-out`, a share). Every `--report` steps it spells a fixed
+sample of each split with the pieces given (teacher forcing, the argmax over the vocabulary's
+live rows and the zero logit of the others), and reports the share of words spelt exactly
+(every piece and the closing `<`). Trained words measure capacity (the route of a spelling
+curriculum); held-out words whether spelling carries over to words never spelt (expected not:
+it is a table, not a rule).
+
+The model and trainer are the trained tiny model's (`training/config.py`,
+`training.trainer.Run.optimize`), float32, a constant learning rate after a short warm-up.
+
+    python benchmarks/spelling.py --words 4000 --steps 600 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sglang_ds41.assets import v41_tokenizer
+from sglang_ds41.training.data import IGNORE
+from sglang_ds41.training.forward import Batch, forward_hidden
+from sglang_ds41.training.settings import Settings
+from sglang_ds41.training.trainer import Run
+
+RESULTS = Path(__file__).resolve().parent / "results" / "spelling.json"
+WORD = re.compile(r"Ġ[A-Z][a-z]+")
+FILLER = re.compile(r"Ġ[a-z]+")
+SEQUENCE_TOKENS = 128  # ids per training sequence: within the sliding window
+SEQUENCES_PER_STEP = 32
+WARMUP = 30
+EVAL_WORDS = 400  # per split
+
+
+def spelt_words(seed: int, n_words: int | None) -> list[tuple[int, tuple[int, ...]]]:
+    """(the word's one id with its space, its ids without it) for the vocabulary's capitalised
+    words, shuffled by `seed`; the first `n_words` of them."""
+    tokenizer = v41_tokenizer()
+    words = sorted(token for token in tokenizer.get_vocab() if WORD.fullmatch(token))
+    random.Random(seed).shuffle(words)
+    spell = lambda word: tuple(tokenizer.encode(word, add_special_tokens=False).ids)  # noqa: E731
+    return [(tokenizer.token_to_id(token), spell(token[1:])) for token in words[:n_words]]
+
+
+class Spelling:
+    """Batches of `word > pieces <` pairs and the exact-spelling measure."""
+
+    def __init__(self, run: Run, words: list[tuple[int, tuple[int, ...]]], held_out: float, gap: int = 0):
+        tokenizer = v41_tokenizer()
+        self.run, self.gap = run, gap
+        self.open, self.close = tokenizer.token_to_id(">"), tokenizer.token_to_id("<")
+        n_held = int(len(words) * held_out)
+        self.held, self.trained = words[:n_held], words[n_held:]
+        vocab = tokenizer.get_vocab().items()
+        self.filler = sorted(i for t, i in vocab if FILLER.fullmatch(t)) if gap else []
+        every = [i for w, pieces in words for i in (w, *pieces)] + [self.open, self.close, *self.filler]
+        run.vocab.activate(run.model.embed.parametrizations.weight.original, torch.tensor(every))
+
+    def pair(self, word: tuple[int, tuple[int, ...]], rng: random.Random) -> tuple[list[int], list[bool]]:
+        """The ids of one pair (`gap` fillers drawn from `rng`) and which the loss is taken on."""
+        source, pieces = word
+        ids = [source, *rng.choices(self.filler, k=self.gap), self.open, *pieces, self.close]
+        return ids, [False] * (self.gap + 2) + [True] * (len(pieces) + 1)
+
+    def batch(self, words: list[tuple[int, tuple[int, ...]]], rng: random.Random | None) -> Batch:
+        """Sequences of SEQUENCE_TOKENS ids or fewer, pairs drawn from `words` (in order when
+        `rng` is None: every word once)."""
+        queue = list(words) if rng is None else None
+        fill = random.Random(0) if rng is None else rng
+        sequences = []
+        while (queue is None and len(sequences) < SEQUENCES_PER_STEP) or queue:
+            ids, learn = [self.run.config.bos_token_id], [False]
+            while True:
+                word = queue[0] if queue is not None else rng.choice(words)
+                more, more_learn = self.pair(word, fill)
+                if len(ids) + len(more) > SEQUENCE_TOKENS:
+                    break
+                ids += more
+                learn += more_learn
+                if queue is not None:
+                    queue.pop(0)
+                    if not queue:
+                        break
+            sequences.append((ids, learn))
+        return self._batch(sequences)
+
+    def _batch(self, sequences: list[tuple[list[int], list[bool]]]) -> Batch:
+        ids, lengths, rows, targets = [], [], [], []
+        for seq, learn in sequences:
+            t = torch.tensor(seq)
+            target = torch.full_like(t, IGNORE)
+            target[:-1] = torch.where(torch.tensor(learn[1:]), t[1:], IGNORE)
+            ids.append(t)
+            lengths.append(t.numel())
+            rows.append(self.run.hasher.hash_sequence(t))
+            targets.append(target)
+        return Batch(torch.cat(ids), torch.tensor(lengths), torch.cat(rows), torch.cat(targets))
+
+    @torch.no_grad()
+    def exact(self, words: list[tuple[int, tuple[int, ...]]]) -> float:
+        """The share of `words` whose every piece and closing `<` is the argmax, pieces given."""
+        batch = self.batch(words, None)
+        hidden = forward_hidden(self.run.model, self.run.tables, batch)
+        learn = batch.targets != IGNORE
+        live = self.run.vocab.ids
+        logits = hidden[learn] @ self.run.model.embed.weight[live].T
+        best = logits.max(-1)
+        guess = torch.where(best.values > 0, live[best.indices], -1)  # else an all-zero row wins
+        right = (guess == batch.targets[learn]).tolist()
+        per_word, at = [], 0
+        for _, pieces in words:
+            n = len(pieces) + 1
+            per_word.append(all(right[at : at + n]))
+            at += n
+        return sum(per_word) / len(per_word)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    settings = Settings(
+        seed=args.seed, steps=args.steps, lr=args.lr, warmup=WARMUP, min_lr_ratio=1.0, qat_from=2.0
+    )
+    words = spelt_words(args.seed, args.words)
+    rng = random.Random(args.seed)
+    by_step, started = {}, time.perf_counter()
+    with tempfile.TemporaryDirectory() as run_dir:
+        run = Run.create(run_dir, settings)
+        spelling = Spelling(run, words, args.held_out, args.gap)
+        probe_trained = rng.sample(spelling.trained, min(EVAL_WORDS, len(spelling.trained)))
+        probe_held = rng.sample(spelling.held, min(EVAL_WORDS, len(spelling.held)))
+        losses = []
+        while run.step < args.steps:
+            loss, _ = run.optimize(spelling.batch(spelling.trained, rng))
+            losses.append(loss)
+            if run.step % args.report == 0 or run.step == args.steps:
+                by_step[run.step] = {
+                    "loss": round(sum(losses) / len(losses), 3),
+                    "trained_exact": spelling.exact(probe_trained),
+                    "held_out_exact": spelling.exact(probe_held),
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+                losses = []
+                print(f"step {run.step}: {by_step[run.step]}", flush=True)
+    pairs = SEQUENCES_PER_STEP * SEQUENCE_TOKENS / (sum(len(p) + 3 + args.gap for _, p in words) / len(words))
+    return {
+        "words": len(words),
+        "trained_words": len(spelling.trained),
+        "held_out_words": len(spelling.held),
+        "mean_pieces": round(sum(len(p) for _, p in words) / len(words), 2),
+        "pairs_per_step": round(pairs),
+        "gap": args.gap,
+        "lr": args.lr,
+        "seed": args.seed,
+        "threads": args.threads,
+        "by_step": by_step,
+    }
+
+
+def table(r: dict[str, Any]) -> str:
+    lines = [
+        f"{r['trained_words']} trained / {r['held_out_words']} held-out words, {r['mean_pieces']} pieces "
+        f"a word, {r['gap']} words between a word and its spelling, ~{r['pairs_per_step']} pairs a step, "
+        f"lr {r['lr']:g}",
+        "",
+        "| step | loss | trained words spelt exactly | held-out words spelt exactly | seconds |",
+        "|---|---|---|---|---|",
+    ]
+    for step, m in r["by_step"].items():
+        lines.append(
+            f"| {step} | {m['loss']} | {100 * m['trained_exact']:.1f}% | {100 * m['held_out_exact']:.1f}% "
+            f"| {m['seconds']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--words", type=int, default=None, help="how many words (default: all)")
+    parser.add_argument("--held-out", type=float, default=0.1, help="the share of words never trained")
+    parser.add_argument("--gap", type=int, default=0, help="lower-case words between a word and its spelling")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--report", type=int, default=100, help="measure every this many steps")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    result = measure(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
