@@ -1,30 +1,24 @@
 """Can the trained model's architecture learn how words are spelt without their space? Measured.
 
 A name in a question is one id with its space (`ĠRichmond`); the same name as a tool call's
-argument is other ids (`Rich`, `mond`), because in the call a `>` and not a space comes before
-it (docs/TRAINING.md §7, `copy_spans.py`). Copying ids cannot write it; the model has to know
-each word's spelling without its space. This benchmark teaches only that, as plainly as it can
-be put, and measures how much of it the model holds:
+argument is other ids (`Rich`, `mond`), because in the call `">` and not a space comes before it
+(docs/TRAINING.md §7, `copy_spans.py`). Copying ids cannot write it; the model has to know each
+word's spelling without its space. This benchmark trains on the trainer's spelling drills alone
+(`training/spelling.py`: a capitalised word, `--gap` lower-case words, a value's opening, the
+spelling, the closing; loss on the spelling and the closing) and measures how much of the
+table the model holds.
 
-    BOS  ĠWord > W o rd <  ĠOther > Other <  ...    (loss on the pieces and the closing `<`)
-
-With `--gap N`, N lower-case words (`Ġ` + lower-case letters) stand between each word and its
-`>`, as the rest of a question stands between a city and the call that spells it: the spelling
-must then be read through attention, not from the id just before.
-
-The words are the vocabulary's capitalised space-prefixed words (`Ġ` + capital + lower-case
-letters, one id each: 12,718 in the V4.1 tokenizer; `--words` takes a seeded sample), split into
-trained and held-out words (`--held-out`, a share). Every `--report` steps it spells a fixed
-sample of each split with the pieces given (teacher forcing, the argmax over the vocabulary's
-live rows and the zero logit of the others), and reports the share of words spelt exactly
-(every piece and the closing `<`). Trained words measure capacity (the route of a spelling
-curriculum); held-out words whether spelling carries over to words never spelt (expected not:
-it is a table, not a rule).
+The words (the vocabulary's 12,744 capitalised words; `--words` takes a seeded sample) are
+split into trained and held-out words (`--held-out`, a share). Every `--report` steps it spells a
+fixed sample of each split with the pieces given (teacher forcing, the argmax over the live rows
+and the zero logit of the others) and reports the share of words spelt exactly (every piece and
+the closing). Trained words measure capacity (the route of a spelling curriculum); held-out
+words whether spelling carries over to words never spelt (expected not: it is a table).
 
 The model and trainer are the trained tiny model's (`training/config.py`,
 `training.trainer.Run.optimize`), float32, a constant learning rate after a short warm-up.
 
-    python benchmarks/spelling.py --words 4000 --steps 600 --threads 2
+    python benchmarks/spelling.py --steps 300 --threads 2 [--gap 8]
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -40,50 +33,38 @@ from typing import Any
 
 import torch
 
-from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.training.data import IGNORE
+from sglang_ds41.training.drills import spelling_filler
 from sglang_ds41.training.forward import Batch, forward_hidden
 from sglang_ds41.training.settings import Settings
+from sglang_ds41.training.spelling import delimiter_ids, spelling_pair, spelt_words
 from sglang_ds41.training.trainer import Run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spelling.json"
-WORD = re.compile(r"Ġ[A-Z][a-z]+")
-FILLER = re.compile(r"Ġ[a-z]+")
 SEQUENCE_TOKENS = 128  # ids per training sequence: within the sliding window
 SEQUENCES_PER_STEP = 32
 WARMUP = 30
 EVAL_WORDS = 400  # per split
 
 
-def spelt_words(seed: int, n_words: int | None) -> list[tuple[int, tuple[int, ...]]]:
-    """(the word's one id with its space, its ids without it) for the vocabulary's capitalised
-    words, shuffled by `seed`; the first `n_words` of them."""
-    tokenizer = v41_tokenizer()
-    words = sorted(token for token in tokenizer.get_vocab() if WORD.fullmatch(token))
+def words_of(seed: int, n_words: int | None) -> list[tuple[int, tuple[int, ...]]]:
+    """The trainer's spelt words, shuffled by `seed`; the first `n_words` of them."""
+    words = list(spelt_words())
     random.Random(seed).shuffle(words)
-    spell = lambda word: tuple(tokenizer.encode(word, add_special_tokens=False).ids)  # noqa: E731
-    return [(tokenizer.token_to_id(token), spell(token[1:])) for token in words[:n_words]]
+    return words[:n_words]
 
 
 class Spelling:
-    """Batches of `word > pieces <` pairs and the exact-spelling measure."""
+    """Batches of spelling pairs (`training.spelling.spelling_pair`) and the exact-spelling measure."""
 
-    def __init__(self, run: Run, words: list[tuple[int, tuple[int, ...]]], held_out: float, gap: int = 0):
-        tokenizer = v41_tokenizer()
+    def __init__(self, run: Run, words: list[tuple[int, tuple[int, ...]]], held_out: float, gap: int):
         self.run, self.gap = run, gap
-        self.open, self.close = tokenizer.token_to_id(">"), tokenizer.token_to_id("<")
         n_held = int(len(words) * held_out)
         self.held, self.trained = words[:n_held], words[n_held:]
-        vocab = tokenizer.get_vocab().items()
-        self.filler = sorted(i for t, i in vocab if FILLER.fullmatch(t)) if gap else []
-        every = [i for w, pieces in words for i in (w, *pieces)] + [self.open, self.close, *self.filler]
+        self.filler = spelling_filler(run.settings.seed)
+        every = [i for w, pieces in words for i in (w, *pieces)] + [i for d in delimiter_ids() for i in d]
+        every += self.filler
         run.vocab.activate(run.model.embed.parametrizations.weight.original, torch.tensor(every))
-
-    def pair(self, word: tuple[int, tuple[int, ...]], rng: random.Random) -> tuple[list[int], list[bool]]:
-        """The ids of one pair (`gap` fillers drawn from `rng`) and which the loss is taken on."""
-        source, pieces = word
-        ids = [source, *rng.choices(self.filler, k=self.gap), self.open, *pieces, self.close]
-        return ids, [False] * (self.gap + 2) + [True] * (len(pieces) + 1)
 
     def batch(self, words: list[tuple[int, tuple[int, ...]]], rng: random.Random | None) -> Batch:
         """Sequences of SEQUENCE_TOKENS ids or fewer, pairs drawn from `words` (in order when
@@ -95,7 +76,7 @@ class Spelling:
             ids, learn = [self.run.config.bos_token_id], [False]
             while True:
                 word = queue[0] if queue is not None else rng.choice(words)
-                more, more_learn = self.pair(word, fill)
+                more, more_learn = spelling_pair(fill, word, self.filler, self.gap)
                 if len(ids) + len(more) > SEQUENCE_TOKENS:
                     break
                 ids += more
@@ -121,7 +102,7 @@ class Spelling:
 
     @torch.no_grad()
     def exact(self, words: list[tuple[int, tuple[int, ...]]]) -> float:
-        """The share of `words` whose every piece and closing `<` is the argmax, pieces given."""
+        """The share of `words` whose every piece and closing id is the argmax, pieces given."""
         batch = self.batch(words, None)
         hidden = forward_hidden(self.run.model, self.run.tables, batch)
         learn = batch.targets != IGNORE
@@ -142,7 +123,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings(
         seed=args.seed, steps=args.steps, lr=args.lr, warmup=WARMUP, min_lr_ratio=1.0, qat_from=2.0
     )
-    words = spelt_words(args.seed, args.words)
+    words = words_of(args.seed, args.words)
     rng = random.Random(args.seed)
     by_step, started = {}, time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:

@@ -8,6 +8,7 @@ NAME = "train-tiny"
 # The flags that set `training.settings.Settings` fields of the same name (None = not given).
 SETTING_FLAGS = (
     "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "periodic_drills",
+    "spelling_drills",
 )  # fmt: skip
 HELP = (
     "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
@@ -54,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help=f"share of drills that repeat one segment to the end (default {d.periodic_drills})",
+    )
+    parser.add_argument(
+        "--spelling-drills",
+        type=float,
+        default=None,
+        help="share of drills that spell the vocabulary's capitalised words without their space, "
+        f"as names in tool calls are written (default {d.spelling_drills})",
     )
     parser.add_argument(
         "--continue-from",

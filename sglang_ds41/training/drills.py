@@ -15,6 +15,10 @@ Two kinds, both over ids the corpus itself uses (no new embedding rows to ship),
   anywhere earlier; each copied id after the copy's first is predictable, and a copy ends
   where nothing says it will, as a value copied from a prompt does.
 
+A third kind, a share `spelling` of a drill step's drills (a setting, off by default), teaches
+the space-free spelling of the vocabulary's capitalised words, which copying names into calls
+needs (`spelling.py`); it adds embedding rows (those words and their pieces) to what is shipped.
+
 Measured (docs/TRAINING.md §7): at the learning rate of 3e-3 drills did not form the circuit;
 at 1e-3 they did (drill loss 6.8 -> 3.9 in 2,000 steps), and the model then copied, but also
 looped under greedy decoding ("The capital of Peru is Peru is Peru ..."), with or without the
@@ -36,6 +40,7 @@ from .corpus.samples import Sample, samples
 from .corpus.tasks import draw
 from .data import make_batch
 from .forward import Batch
+from .spelling import filler_of, spelling_drill
 
 DRILL_LENGTH = 128  # ids per drill: within the sliding window, so every layer sees all of it
 VOCAB_CONVERSATIONS = 400  # conversations whose ids make up the drill vocabulary
@@ -56,6 +61,13 @@ def drill_vocabulary(seed: int) -> tuple[int, ...]:
         for sample in samples(draw(random.Random(f"{seed}:{i}"), pools)):
             seen.update(sample.ids)
     return tuple(sorted(seen - added))
+
+
+@cache
+def spelling_filler(seed: int) -> tuple[int, ...]:
+    """The lower-case words of the drill vocabulary: what stands between a spelling drill's word
+    and its spelling."""
+    return filler_of(drill_vocabulary(seed))
 
 
 def drill(
@@ -82,10 +94,17 @@ def drill(
     return Sample("drill", tuple(ids), tuple(learn))
 
 
-def drill_batch(seed: int, step: int, tokens: int, hasher: EngramHasher, bos: int, periodic: float) -> Batch:
-    """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `periodic`
-    of them periodic."""
+def drill_batch(
+    seed: int, step: int, tokens: int, hasher: EngramHasher, bos: int, periodic: float, spelling: float = 0.0
+) -> Batch:
+    """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `spelling` of
+    them spelling drills (`spelling.py`) and a share `periodic` of the others periodic."""
     rng = random.Random(f"{seed}:drill:{step}")
     vocab = drill_vocabulary(seed)
-    group = [drill(rng, vocab, bos, periodic) for _ in range(max(1, tokens // DRILL_LENGTH))]
+    group = [
+        spelling_drill(rng, bos, DRILL_LENGTH, spelling_filler(seed))
+        if spelling > 0 and rng.random() < spelling  # no draw when off: older runs replay exactly
+        else drill(rng, vocab, bos, periodic)
+        for _ in range(max(1, tokens // DRILL_LENGTH))
+    ]
     return make_batch(group, hasher)

@@ -157,8 +157,9 @@ class Run:
                 if drilling:
                     bos = self.config.bos_token_id
                     batch = drill_batch(
-                        s.seed, self.step, s.batch_tokens, self.hasher, bos, s.periodic_drills
-                    )
+                        s.seed, self.step, s.batch_tokens, self.hasher, bos, s.periodic_drills,
+                        s.spelling_drills,
+                    )  # fmt: skip
                 else:
                     packed = next(stream)
                     batch = packed.batch

@@ -1,0 +1,85 @@
+"""Spelling drills: the vocabulary's capitalised words written again without their space.
+
+A name in a question carries its space (`in Richmond` holds the one id `ĠRichmond`); the same
+name as a tool call's argument or a JSON string does not (`">`, `Rich`, `mond`, `</`), so a
+copying circuit cannot write it: the model must know how the word is spelt without its space
+(docs/TRAINING.md §7). For over 90% of the corpus's held-out names (cities 97%, made-up names
+94%, people 91%) only the first id differs between the two spellings and the rest are the same
+ids, so knowing the space-free spelling of the first id and copying the rest writes the name. A
+spelling drill teaches exactly that table, for every capitalised word of the vocabulary (`Ġ` + a
+capital + lower-case letters: 12,744 ids), as vocabulary knowledge, the same for every word
+whether or not the corpus ever names it:
+
+    BOS  ĠWord  <0-12 lower-case words>  ">  W o rd  </   ĠOther ... Ġ"  Other  "}  ...
+
+Only the spelling and the closing id are learnt. The words between a word and its spelling make
+the model read it through attention, as a call reads a name from the question; the opening and
+closing ids are the DSML parameter's and a JSON string's (`DELIMITERS`).
+
+Measured (`benchmarks/spelling.py`, docs/TRAINING.md §7): the trained model's shape learns the
+whole table (its first run: 99.75% of 11,446 words spelt exactly after 300 steps of adjacent
+pairs alone) and none of the words it was not shown: it is a table, which is why it covers every
+word.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import cache
+
+from sglang_ds41.assets import v41_tokenizer
+
+from .corpus.samples import Sample
+
+WORD = re.compile(r"Ġ[A-Z][a-z]*")  # a capitalised word or capital letter with its space
+FILLER = re.compile(r"Ġ[a-z]+")  # lower-case words with their space
+# (opening, closing) text around a value: a DSML string parameter, a JSON string in an object
+DELIMITERS = (('">', "</"), ('Ġ"', '"}'), ('Ġ"', '",'))
+GAP = (0, 12)  # lower-case words between a word and its spelling, inclusive
+
+
+@cache
+def spelt_words() -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(the word's id with its space, the ids of the word without it), in id order."""
+    tokenizer = v41_tokenizer()
+    words = sorted((i, t) for t, i in tokenizer.get_vocab().items() if WORD.fullmatch(t))
+    spell = lambda text: tuple(tokenizer.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    return tuple((i, spell(token[1:])) for i, token in words)
+
+
+def filler_of(ids: tuple[int, ...]) -> tuple[int, ...]:
+    """The lower-case words among `ids` (a drill draws its fillers from ids the corpus uses, so
+    they add no embedding rows to ship)."""
+    tokenizer = v41_tokenizer()
+    return tuple(i for i in ids if FILLER.fullmatch(tokenizer.id_to_token(i) or ""))
+
+
+@cache
+def delimiter_ids() -> tuple[tuple[int, int], ...]:
+    tokenizer = v41_tokenizer()
+    return tuple((tokenizer.token_to_id(a), tokenizer.token_to_id(b)) for a, b in DELIMITERS)
+
+
+def spelling_pair(
+    rng: random.Random, word: tuple[int, tuple[int, ...]], filler: tuple[int, ...], gap: int | None = None
+) -> tuple[list[int], list[bool]]:
+    """One word, `gap` ids of `filler` (how many drawn from GAP when None), a value's opening,
+    the spelling and the closing; and which of those ids are learnt."""
+    source, pieces = word
+    gap = rng.randint(*GAP) if gap is None else gap
+    opening, closing = rng.choice(delimiter_ids())
+    ids = [source, *rng.choices(filler, k=gap), opening, *pieces, closing]
+    return ids, [False] * (gap + 2) + [True] * (len(pieces) + 1)
+
+
+def spelling_drill(rng: random.Random, bos: int, length: int, filler: tuple[int, ...]) -> Sample:
+    """BOS, then pairs of random words until the next would pass `length` ids."""
+    words = spelt_words()
+    ids, learn = [bos], [False]
+    while True:
+        more, more_learn = spelling_pair(rng, rng.choice(words), filler)
+        if len(ids) + len(more) > length:
+            return Sample("spelling", tuple(ids), tuple(learn))
+        ids += more
+        learn += more_learn
