@@ -33,11 +33,12 @@ from typing import Any
 
 import torch
 
-from sglang_ds41.training.data import IGNORE
+from sglang_ds41.training.corpus.samples import Sample
+from sglang_ds41.training.data import IGNORE, make_batch
 from sglang_ds41.training.drills import spelling_filler
 from sglang_ds41.training.forward import Batch, forward_hidden
 from sglang_ds41.training.settings import Settings
-from sglang_ds41.training.spelling import delimiter_ids, spelling_pair, spelt_words
+from sglang_ds41.training.spelling import delimiter_ids, spelling_drill, spelling_pair, spelt_words
 from sglang_ds41.training.trainer import Run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spelling.json"
@@ -67,38 +68,24 @@ class Spelling:
         run.vocab.activate(run.model.embed.parametrizations.weight.original, torch.tensor(every))
 
     def batch(self, words: list[tuple[int, tuple[int, ...]]], rng: random.Random | None) -> Batch:
-        """Sequences of SEQUENCE_TOKENS ids or fewer, pairs drawn from `words` (in order when
-        `rng` is None: every word once)."""
-        queue = list(words) if rng is None else None
-        fill = random.Random(0) if rng is None else rng
-        sequences = []
-        while (queue is None and len(sequences) < SEQUENCES_PER_STEP) or queue:
-            ids, learn = [self.run.config.bos_token_id], [False]
-            while True:
-                word = queue[0] if queue is not None else rng.choice(words)
-                more, more_learn = spelling_pair(fill, word, self.filler, self.gap)
-                if len(ids) + len(more) > SEQUENCE_TOKENS:
-                    break
-                ids += more
-                learn += more_learn
-                if queue is not None:
-                    queue.pop(0)
-                    if not queue:
-                        break
-            sequences.append((ids, learn))
-        return self._batch(sequences)
-
-    def _batch(self, sequences: list[tuple[list[int], list[bool]]]) -> Batch:
-        ids, lengths, rows, targets = [], [], [], []
-        for seq, learn in sequences:
-            t = torch.tensor(seq)
-            target = torch.full_like(t, IGNORE)
-            target[:-1] = torch.where(torch.tensor(learn[1:]), t[1:], IGNORE)
-            ids.append(t)
-            lengths.append(t.numel())
-            rows.append(self.run.hasher.hash_sequence(t))
-            targets.append(target)
-        return Batch(torch.cat(ids), torch.tensor(lengths), torch.cat(rows), torch.cat(targets))
+        """SEQUENCES_PER_STEP drills of pairs drawn from `words` by `rng`; or, when `rng` is None,
+        every word once, in order, in sequences of SEQUENCE_TOKENS ids or fewer."""
+        bos = self.run.config.bos_token_id
+        if rng is not None:
+            drills = [
+                spelling_drill(rng, bos, SEQUENCE_TOKENS, self.filler, words, self.gap)
+                for _ in range(SEQUENCES_PER_STEP)
+            ]
+            return make_batch(drills, self.run.hasher)
+        fill, sequences = random.Random(0), [[[bos], [False]]]
+        for word in words:
+            more, more_learn = spelling_pair(fill, word, self.filler, self.gap)
+            if len(sequences[-1][0]) + len(more) > SEQUENCE_TOKENS:
+                sequences.append([[bos], [False]])
+            sequences[-1][0] += more
+            sequences[-1][1] += more_learn
+        group = [Sample("spelling", tuple(ids), tuple(learn)) for ids, learn in sequences]
+        return make_batch(group, self.run.hasher)
 
     @torch.no_grad()
     def exact(self, words: list[tuple[int, tuple[int, ...]]]) -> float:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from functools import cache
 
 from sglang_ds41.assets import v41_tokenizer
@@ -74,12 +75,20 @@ def spelling_pair(
     return ids, [False] * (gap + 2) + [True] * (len(pieces) + 1)
 
 
-def spelling_drill(rng: random.Random, bos: int, length: int, filler: tuple[int, ...]) -> Sample:
-    """BOS, then pairs of random words until the next would pass `length` ids."""
-    words = spelt_words()
+def spelling_drill(
+    rng: random.Random,
+    bos: int,
+    length: int,
+    filler: tuple[int, ...],
+    words: Sequence[tuple[int, tuple[int, ...]]] | None = None,
+    gap: int | None = None,
+) -> Sample:
+    """BOS, then pairs of random words (of `words`, default every spelt word) until the next
+    would pass `length` ids."""
+    words = spelt_words() if words is None else words
     ids, learn = [bos], [False]
     while True:
-        more, more_learn = spelling_pair(rng, rng.choice(words), filler)
+        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap)
         if len(ids) + len(more) > length:
             return Sample("spelling", tuple(ids), tuple(learn))
         ids += more
