@@ -4,7 +4,6 @@ stream where it claims to."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from sglang_ds41.training.trainer import Run, Settings
+from tests.training._benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "copy_circuit.py"
@@ -25,10 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("copy_circuit", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("copy_circuit")
 
 
 def test_the_loss_covers_the_second_copy_from_its_second_id_only(tmp_path):

@@ -3,23 +3,17 @@ writes them and tells an id copy from a re-spelling."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 from sglang_ds41.encoding.prompt_ids import text_tokenizer
 from sglang_ds41.encoding.request import conversation_from_request
 
 from sglang_ds41.training.corpus.samples import turns
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "copy_spans.py"
+from tests.training._benchmarks import load_benchmark
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("copy_spans", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("copy_spans")
 
 
 def _call(question: str, name: str, arguments: dict) -> dict:

@@ -3,23 +3,17 @@ takes the loss on the spelling only, and keeps the held-out words out of trainin
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 from sglang_ds41.training.data import IGNORE
 from sglang_ds41.training.settings import Settings
 from sglang_ds41.training.spelling import delimiter_ids
 from sglang_ds41.training.trainer import Run
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spelling.py"
+from tests.training._benchmarks import load_benchmark
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("spelling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("spelling")
 
 
 def test_sequences_learn_the_spelling_and_the_closing_only(tmp_path):
