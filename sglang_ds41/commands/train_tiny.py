@@ -8,7 +8,7 @@ NAME = "train-tiny"
 # The flags that set `training.settings.Settings` fields of the same name (None = not given).
 SETTING_FLAGS = (
     "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "periodic_drills",
-    "spelling_drills",
+    "spelling_drills", "vocabulary_names",
 )  # fmt: skip
 HELP = (
     "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="share of drills that spell the vocabulary's capitalised words without their space, "
         f"as names in tool calls are written (default {d.spelling_drills})",
+    )
+    parser.add_argument(
+        "--vocabulary-names",
+        type=float,
+        default=None,
+        help="share of the corpus's made-up names that are the vocabulary's capitalised words, so "
+        f"calls and JSON values use what the spelling drills teach (default {d.vocabulary_names})",
     )
     parser.add_argument(
         "--continue-from",

@@ -26,11 +26,12 @@ IGNORE = -100  # target of a position without loss
 
 
 def sample_stream(
-    seed: int, start: int, copy_first: int = 0, split: str = "train"
+    seed: int, start: int, copy_first: int = 0, split: str = "train", vocabulary_names: float = 0.0
 ) -> Iterator[tuple[int, Sample]]:
     """(index of the conversation, sample) from conversation `start` on; the first `copy_first`
-    conversations are drawn with the copy-heavy mix (`tasks.COPY_FIRST`)."""
-    pools = Pools(split)
+    conversations are drawn with the copy-heavy mix (`tasks.COPY_FIRST`); `vocabulary_names` is
+    the pools' share of names that open with a capitalised word (`Pools.vocabulary_names`)."""
+    pools = Pools(split, vocabulary_names)
     i = start
     while True:
         weights = COPY_FIRST if i < copy_first else None
@@ -55,17 +56,18 @@ def batches(
     start: tuple[int, int] = (0, 0),
     window: int = 64,
     copy_first: int = 0,
+    vocabulary_names: float = 0.0,
 ) -> Iterator[Packed]:
     """Batches of at most `tokens` padded tokens (longest x count), from windows of about
     `window` samples (whole conversations) sorted by length; samples longer than `max_len` are
     skipped. `start` = (window_start, in_window) of the first batch to yield, as a checkpoint
-    recorded it: the batches are a pure function of the seed (and `copy_first`, see
-    `sample_stream`)."""
+    recorded it: the batches are a pure function of the seed (and `copy_first` and
+    `vocabulary_names`, see `sample_stream`)."""
     first, skip = start
     while True:
         group_of: list[Sample] = []
         nxt = first
-        for i, s in sample_stream(seed, first, copy_first):
+        for i, s in sample_stream(seed, first, copy_first, vocabulary_names=vocabulary_names):
             if len(group_of) >= window and i != nxt:
                 break
             nxt = i

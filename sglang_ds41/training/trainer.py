@@ -146,7 +146,13 @@ class Run:
         s = self.settings
         last = s.steps if until is None else min(until, s.steps)
         stream = batches(
-            s.seed, s.batch_tokens, s.max_len, self.hasher, start=self.position, copy_first=s.copy_first
+            s.seed,
+            s.batch_tokens,
+            s.max_len,
+            self.hasher,
+            start=self.position,
+            copy_first=s.copy_first,
+            vocabulary_names=s.vocabulary_names,
         )
         bar = tqdm(
             total=s.steps, initial=self.step, disable=not progress_bar, unit="step", dynamic_ncols=True

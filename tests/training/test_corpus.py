@@ -112,3 +112,22 @@ def test_held_out_entities_never_occur_in_training_pools():
     held_words = {held.made_up_word(rng).lower() for _ in range(300)}
     assert all(P.in_split(w, P.HELD_OUT) for w in held_words)
     assert not any(P.in_split(train.made_up_word(random.Random(i)).lower(), P.HELD_OUT) for i in range(2000))
+
+
+def test_vocabulary_names_open_with_any_capitalised_word_and_keep_their_split():
+    from sglang_ds41.encoding.prompt_ids import text_tokenizer
+    from sglang_ds41.training.spelling import spelt_words
+
+    tokenizer, words = text_tokenizer(), {source for source, _ in spelt_words()}
+
+    def first_ids(pools: P.Pools) -> set[int]:
+        rng = random.Random(5)
+        names = [pools.made_up_name(rng) for _ in range(3000)]
+        assert all(P.in_split(n.lower(), pools.split) for n in names)
+        return {tokenizer.encode(" " + n, add_special_tokens=False).ids[0] for n in names}
+
+    for split in P.SPLITS:
+        made_up, vocabulary = first_ids(P.Pools(split)), first_ids(P.Pools(split, vocabulary_names=1.0))
+        assert vocabulary <= words and made_up <= words
+        # the drills' table is used in calls for far more of its words than made-up names reach
+        assert len(vocabulary) > 1.5 * len(made_up)

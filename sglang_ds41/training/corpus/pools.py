@@ -10,6 +10,10 @@ so every pool is large, and the evaluation draws from parts training never sees:
   split, and each split draws again until it has one of its own (`_own`), so no held-out word
   is ever a training word, while the pieces themselves are shared (a model can only write
   tokens it was trained on);
+* a share of made-up names (`Pools.vocabulary_names`, default none) are instead one of the
+  vocabulary's capitalised words, with at most one piece after it, so that the corpus's calls
+  and JSON values open with any of the 12,744 ids a spelling drill teaches (`training/spelling.py`),
+  not only with the ~3,400 short pieces made-up words begin with (`ĠAk`, `ĠOtt`);
 * numbers are drawn fresh (integers, decimals, amounts, dates, ids), which no split needs.
 
 Only the country -> capital table is meant to be remembered (short factual answers); it is the
@@ -239,11 +243,24 @@ def word_pieces() -> tuple[str, ...]:
     return tuple(t for _, t in pieces)
 
 
+@cache
+def capitalised_words() -> tuple[str, ...]:
+    """The words a spelling drill teaches (`training/spelling.py`) of two letters or more, as text."""
+    from sglang_ds41.encoding.prompt_ids import text_tokenizer
+
+    from ..spelling import spelt_words
+
+    tokenizer = text_tokenizer()
+    words = (tokenizer.id_to_token(i)[1:] for i, _ in spelt_words())
+    return tuple(w for w in words if len(w) > 1)
+
+
 @dataclass(frozen=True)
 class Pools:
     """The entities of one split; every draw takes a `random.Random`."""
 
     split: str = TRAIN
+    vocabulary_names: float = 0.0  # share of made-up names that open with a capitalised word
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -266,7 +283,17 @@ class Pools:
                 return word
 
     def made_up_name(self, rng: random.Random) -> str:
+        if self.vocabulary_names and rng.random() < self.vocabulary_names:
+            return self.vocabulary_name(rng)
         return self.made_up_word(rng).capitalize()
+
+    def vocabulary_name(self, rng: random.Random) -> str:
+        """A capitalised word of the vocabulary, alone or with one lower-case piece after it."""
+        words, pieces = capitalised_words(), word_pieces()
+        while True:
+            name = rng.choice(words) + (rng.choice(pieces) if rng.random() < 0.3 else "")
+            if in_split(name.lower(), self.split):
+                return name
 
     def city(self, rng: random.Random) -> str:
         if rng.random() < 0.6:
