@@ -1,15 +1,16 @@
 """A checkpoint's tensors in little space: rows that repeat one fill row are left out.
 
-A trained tiny model uses a few thousand of the 129,280 vocabulary rows and only the Engram rows
-its corpus hashes to; every other row of `embed`, `head` and the tables is the same stored row
-(zeros, or an FP8 zero row with its scale byte). `pack` keeps, for the tensors it is told to,
-the rows that differ from the tensor's most common row (their indices, their values, and that
-fill row once), and every other tensor whole; a tensor equal to an earlier one is kept once
-(`head` of a model trained with a tied embedding). Tensors the caller can regenerate (the
-untrained DSpark stages and vision tower, random by a seed) are left out with their SHA-256,
-and `unpack` takes them from a `regenerate` callable and checks them. `unpack` rebuilds every
-tensor bit for bit. The packed form is one safetensors file; its metadata says how to rebuild
-each tensor.
+A trained tiny model uses some 25,000 of the 129,280 vocabulary rows; every other row of
+`embed` and `head` is the same stored row (zeros). `pack` keeps, for the tensors it is told to,
+the rows that differ from the tensor's most common row (a bit per row saying which, their
+values, and that fill row once) where that is smaller than the whole tensor, and every other
+tensor whole (the Engram tables: its corpus hashes to nearly every row); a tensor equal to an
+earlier one is kept once (`head` of a model trained with a tied embedding). Bundles written
+before the row mask list their rows as int32 indices (`rows:`), which `unpack` still reads
+(the shipped model's). Tensors the caller can regenerate (the untrained DSpark stages and
+vision tower, random by a seed) are left out with their SHA-256, and `unpack` takes them from a
+`regenerate` callable and checks them. `unpack` rebuilds every tensor bit for bit. The packed
+form is one safetensors file; its metadata says how to rebuild each tensor.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -26,7 +28,7 @@ from safetensors.torch import save_file
 from sglang_ds41.errors import Ds41Error
 
 _LAYOUT_KEY = "sglang_ds41.bundle"
-_ROWS, _VALUES, _FILL = "{}::rows", "{}::values", "{}::fill"
+_ROWS, _MASK, _VALUES, _FILL = "{}::rows", "{}::mask", "{}::values", "{}::fill"
 
 
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -47,7 +49,8 @@ def pack(
     regenerable: Iterable[str] = (),
 ) -> dict[str, str]:
     """Write `tensors` to the safetensors file `path`; the 2-D tensors named in `sparse` keep
-    only their rows that differ from their most common row; those named in `regenerable` are
+    only their rows that differ from their most common row, where that is smaller than the whole
+    tensor; those named in `regenerable` are
     left out (their digest kept). Returns the layout written."""
     layout: dict[str, str] = {}
     stored: dict[str, torch.Tensor] = {}
@@ -66,14 +69,16 @@ def pack(
             rows = _as_bytes(t)
             _, inverse, counts = torch.unique(rows, dim=0, return_inverse=True, return_counts=True)
             fill = int(counts.argmax())
-            keep = torch.nonzero(inverse != fill).flatten()
-            stored[_ROWS.format(name)] = keep.to(torch.int32)
-            stored[_VALUES.format(name)] = t[keep].contiguous()
-            stored[_FILL.format(name)] = t[int(torch.nonzero(inverse == fill)[0])].unsqueeze(0).contiguous()
-            layout[name] = f"rows:{t.shape[0]}"
-        else:
-            stored[name] = t.contiguous()
-            layout[name] = "whole"
+            kept = inverse != fill
+            n_kept, row_bytes = int(kept.sum()), rows.shape[1]
+            if (n_kept + 1) * row_bytes + (t.shape[0] + 7) // 8 < t.shape[0] * row_bytes:
+                stored[_MASK.format(name)] = torch.from_numpy(np.packbits(kept.numpy()))
+                stored[_VALUES.format(name)] = t[kept].contiguous()
+                stored[_FILL.format(name)] = t[int(torch.nonzero(~kept)[0])].unsqueeze(0).contiguous()
+                layout[name] = f"mask:{t.shape[0]}"
+                continue
+        stored[name] = t.contiguous()
+        layout[name] = "whole"
     save_file(stored, str(path), metadata={_LAYOUT_KEY: json.dumps(layout)})
     Path(path).chmod(0o644)  # safetensors creates 0600; the package is read by other users
     return layout
@@ -101,11 +106,17 @@ def unpack(
         for name, how in layout.items():
             if how == "whole":
                 out[name] = f.get_tensor(name)
-            elif how.startswith("rows:"):
+            elif how.startswith(("mask:", "rows:")):  # rows: the int32 row list of earlier bundles
+                n = int(how.split(":", 1)[1])
+                if how.startswith("mask:"):
+                    bits = np.unpackbits(f.get_tensor(_MASK.format(name)).numpy(), count=n)
+                    kept = torch.from_numpy(bits.astype(bool))
+                else:
+                    kept = f.get_tensor(_ROWS.format(name)).long()
                 fill = f.get_tensor(_FILL.format(name))
-                full = _as_bytes(fill).expand(int(how.removeprefix("rows:")), -1).clone()
-                full[f.get_tensor(_ROWS.format(name)).long()] = _as_bytes(f.get_tensor(_VALUES.format(name)))
-                out[name] = full.view(fill.dtype).reshape(full.shape[0], *fill.shape[1:])
+                full = _as_bytes(fill).expand(n, -1).clone()
+                full[kept] = _as_bytes(f.get_tensor(_VALUES.format(name)))
+                out[name] = full.view(fill.dtype).reshape(n, *fill.shape[1:])
             elif how.startswith("same:"):
                 out[name] = out[how.removeprefix("same:")].clone()
             elif how.startswith("regenerate:"):

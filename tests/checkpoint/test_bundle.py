@@ -30,7 +30,7 @@ def test_unpack_gives_back_every_tensor_bit_for_bit(tmp_path):
     tensors = _tensors()
     sparse = ["embed.weight", "head.weight", "layers.1.engram.embed.weight", "layers.1.engram.embed.scale"]
     layout = pack(tensors, sparse, tmp_path / "t.safetensors", regenerable=["mtp.0.w"])
-    assert layout["head.weight"] == "same:embed.weight" and layout["embed.weight"].startswith("rows:")
+    assert layout["head.weight"] == "same:embed.weight" and layout["embed.weight"].startswith("mask:")
     got = unpack(tmp_path / "t.safetensors", lambda: {"mtp.0.w": tensors["mtp.0.w"].clone()})
     assert got.keys() == tensors.keys()
     for name, t in tensors.items():
@@ -42,6 +42,18 @@ def test_unpack_gives_back_every_tensor_bit_for_bit(tmp_path):
         )
     # three embedding rows of a thousand are stored, not the thousand
     assert (tmp_path / "t.safetensors").stat().st_size < 4000
+
+
+def test_a_table_with_nearly_every_row_used_is_kept_whole(tmp_path):
+    # the trained model's Engram tables: its corpus hashed to all but a few rows, where a row
+    # mask and the kept rows would be larger than the table itself
+    g = torch.Generator().manual_seed(1)
+    table = torch.randn(4096, 32, generator=g).to(torch.float8_e4m3fn)
+    table[7] = 0
+    layout = pack({"t": table}, ["t"], tmp_path / "t.safetensors")
+    assert layout == {"t": "whole"}
+    assert torch.equal(unpack(tmp_path / "t.safetensors")["t"].view(torch.uint8), table.view(torch.uint8))
+    assert (tmp_path / "t.safetensors").stat().st_size < table.numel() + 1000
 
 
 def test_a_regenerated_tensor_that_changed_is_refused_by_name(tmp_path):

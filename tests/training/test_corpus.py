@@ -116,6 +116,7 @@ def test_held_out_entities_never_occur_in_training_pools():
 
 def test_vocabulary_names_open_with_any_capitalised_word_and_keep_their_split():
     from sglang_ds41.encoding.prompt_ids import text_tokenizer
+
     from sglang_ds41.training.spelling import spelt_words
 
     tokenizer, words = text_tokenizer(), {source for source, _ in spelt_words()}
