@@ -106,7 +106,7 @@ def test_argument_values_are_copied_from_the_conversation_never_invented(split):
 
 def test_held_out_entities_never_occur_in_training_pools():
     train, held = P.Pools(P.TRAIN), P.Pools(P.HELD_OUT)
-    real = set(P._split_cities(P.TRAIN)) & set(P._split_cities(P.HELD_OUT))
+    real = set(P.split_cities(P.TRAIN)) & set(P.split_cities(P.HELD_OUT))
     assert not real
     rng = random.Random(0)
     held_words = {held.made_up_word(rng).lower() for _ in range(300)}

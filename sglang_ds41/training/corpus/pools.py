@@ -297,7 +297,7 @@ class Pools:
 
     def city(self, rng: random.Random) -> str:
         if rng.random() < 0.6:
-            return rng.choice(_split_cities(self.split))
+            return rng.choice(split_cities(self.split))
         return self.made_up_name(rng)
 
     def cities(self, rng: random.Random, n: int) -> list[str]:
@@ -334,7 +334,8 @@ class Pools:
 
 
 @cache
-def _split_cities(split: str) -> tuple[str, ...]:
+def split_cities(split: str) -> tuple[str, ...]:
+    """The real cities of `split`."""
     return tuple(c for c in _cities() if in_split(c, split))
 
 
