@@ -8,7 +8,7 @@ NAME = "train-tiny"
 # The flags that set `training.settings.Settings` fields of the same name (None = not given).
 SETTING_FLAGS = (
     "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "periodic_drills",
-    "spelling_drills", "vocabulary_names",
+    "spelling_drills", "spelling_lead", "vocabulary_names",
 )  # fmt: skip
 HELP = (
     "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
@@ -62,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="share of drills that spell the vocabulary's capitalised words without their space, "
         f"as names in tool calls are written (default {d.spelling_drills})",
+    )
+    parser.add_argument(
+        "--spelling-lead",
+        type=int,
+        default=None,
+        help="the most lower-case words before each word a spelling drill spells, so the word is "
+        f"found by what it is rather than where (default {d.spelling_lead})",
     )
     parser.add_argument(
         "--vocabulary-names",

@@ -95,14 +95,22 @@ def drill(
 
 
 def drill_batch(
-    seed: int, step: int, tokens: int, hasher: EngramHasher, bos: int, periodic: float, spelling: float = 0.0
+    seed: int,
+    step: int,
+    tokens: int,
+    hasher: EngramHasher,
+    bos: int,
+    periodic: float,
+    spelling: float = 0.0,
+    spelling_lead: int = 0,
 ) -> Batch:
     """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `spelling` of
-    them spelling drills (`spelling.py`) and a share `periodic` of the others periodic."""
+    them spelling drills (`spelling.py`, up to `spelling_lead` words before each word) and a
+    share `periodic` of the others periodic."""
     rng = random.Random(f"{seed}:drill:{step}")
     vocab = drill_vocabulary(seed)
     group = [
-        spelling_drill(rng, bos, DRILL_LENGTH, spelling_filler(seed))
+        spelling_drill(rng, bos, DRILL_LENGTH, spelling_filler(seed), lead=spelling_lead)
         if spelling > 0 and rng.random() < spelling  # no draw when off: older runs replay exactly
         else drill(rng, vocab, bos, periodic)
         for _ in range(max(1, tokens // DRILL_LENGTH))

@@ -29,6 +29,7 @@ class Settings:
     drill_every: int = 0  # then every n-th step is a drill step (0 = none)
     periodic_drills: float = 0.5  # the share of drills that repeat one segment to the end (drills.py)
     spelling_drills: float = 0.0  # the share of drills that spell words without their space (spelling.py)
+    spelling_lead: int = 0  # the most lower-case words before a spelling drill's word (spelling.py)
     vocabulary_names: float = 0.0  # the share of made-up names that are capitalised words (corpus.pools)
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
@@ -50,6 +51,7 @@ class Settings:
 ADDED_LATER: dict[str, Any] = {
     "periodic_drills": 0.5,
     "spelling_drills": 0.0,
+    "spelling_lead": 0,
     "vocabulary_names": 0.0,
     "continued_from": None,
 }
@@ -57,5 +59,6 @@ ADDED_LATER: dict[str, Any] = {
 # What a continued run may change: how long it runs and what it trains on, not the model, the
 # data stream or the optimizer (those make it the same run, carried on).
 CONTINUABLE = (
-    "steps", "drill_warmup", "drill_every", "periodic_drills", "spelling_drills", "vocabulary_names",
+    "steps", "drill_warmup", "drill_every", "periodic_drills", "spelling_drills", "spelling_lead",
+    "vocabulary_names",
 )  # fmt: skip

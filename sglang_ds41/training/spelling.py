@@ -12,7 +12,9 @@ whether or not the corpus ever names it:
 
     BOS  ĠWord  <0-12 lower-case words>  ">  W o rd  </   ĠOther ... Ġ"  Other  "}  ...
 
-Only the spelling and the closing id are learnt. The words between a word and its spelling make
+With a lead (`--spelling-lead N`), up to N lower-case words come before each word too, so the
+word is not where the last pair ended and must be found by what it is. Only the spelling and
+the closing id are learnt. The words between a word and its spelling make
 the model read it through attention, as a call reads a name from the question; the opening and
 closing ids are the DSML parameter's and a JSON string's (`DELIMITERS`).
 
@@ -64,15 +66,22 @@ def delimiter_ids() -> tuple[tuple[int, int], ...]:
 
 
 def spelling_pair(
-    rng: random.Random, word: tuple[int, tuple[int, ...]], filler: tuple[int, ...], gap: int | None = None
+    rng: random.Random,
+    word: tuple[int, tuple[int, ...]],
+    filler: tuple[int, ...],
+    gap: int | None = None,
+    lead: int = 0,
 ) -> tuple[list[int], list[bool]]:
-    """One word, `gap` ids of `filler` (how many drawn from GAP when None), a value's opening,
-    the spelling and the closing; and which of those ids are learnt."""
+    """Up to `lead` ids of `filler` (none drawn when 0), one word, `gap` ids of `filler` (how
+    many drawn from GAP when None), a value's opening, the spelling and the closing; and which
+    of those ids are learnt. With a lead the word is not where the last pair ended, so it is
+    found by what it is (the one capitalised word since), as a call finds the question's name."""
     source, pieces = word
+    before = rng.choices(filler, k=rng.randint(0, lead)) if lead else []
     gap = rng.randint(*GAP) if gap is None else gap
     opening, closing = rng.choice(delimiter_ids())
-    ids = [source, *rng.choices(filler, k=gap), opening, *pieces, closing]
-    return ids, [False] * (gap + 2) + [True] * (len(pieces) + 1)
+    ids = [*before, source, *rng.choices(filler, k=gap), opening, *pieces, closing]
+    return ids, [False] * (len(before) + gap + 2) + [True] * (len(pieces) + 1)
 
 
 def spelling_drill(
@@ -82,13 +91,14 @@ def spelling_drill(
     filler: tuple[int, ...],
     words: Sequence[tuple[int, tuple[int, ...]]] | None = None,
     gap: int | None = None,
+    lead: int = 0,
 ) -> Sample:
     """BOS, then pairs of random words (of `words`, default every spelt word) until the next
     would pass `length` ids."""
     words = spelt_words() if words is None else words
     ids, learn = [bos], [False]
     while True:
-        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap)
+        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap, lead)
         if len(ids) + len(more) > length:
             return Sample("spelling", tuple(ids), tuple(learn))
         ids += more

@@ -46,6 +46,29 @@ def test_a_drill_learns_the_spelling_and_its_closing_after_the_opening_only():
             i = end + 1
 
 
+def test_with_a_lead_the_word_sits_among_fillers_and_only_its_spelling_is_learnt():
+    words, filler = dict(spelt_words()), spelling_filler(0)
+    openings = {a for a, _ in delimiter_ids()}
+    rng, leads = random.Random(4), []
+    for _ in range(30):
+        sample = spelling_drill(rng, 0, DRILL_LENGTH, filler, lead=6)
+        ids, learn = sample.ids, sample.learn
+        for j, i in enumerate(ids):
+            if i not in openings or learn[j]:
+                continue
+            start = j - 1  # back over the gap to the word, then over the lead to the last closing
+            while ids[start] in filler:
+                start -= 1
+            assert ids[start] in words and not any(learn[start:j + 1])
+            lead = start - 1
+            while lead > 0 and ids[lead] in filler:
+                assert not learn[lead]
+                lead -= 1
+            leads.append(start - 1 - lead)
+            assert ids[j + 1 : j + 1 + len(words[ids[start]])] == words[ids[start]]
+    assert max(leads) == 6 and min(leads) == 0
+
+
 def test_a_drill_step_spells_in_the_share_set():
     from sglang_ds41.assets import TOKENIZER_JSON
     from sglang_ds41.engram.hashing import EngramHasher
