@@ -40,7 +40,7 @@ from .corpus.samples import Sample, samples
 from .corpus.tasks import draw
 from .data import make_batch
 from .forward import Batch
-from .spelling import filler_of, spelling_drill
+from .spelling import GAP, filler_of, spelling_drill
 
 DRILL_LENGTH = 128  # ids per drill: within the sliding window, so every layer sees all of it
 VOCAB_CONVERSATIONS = 400  # conversations whose ids make up the drill vocabulary
@@ -103,14 +103,17 @@ def drill_batch(
     periodic: float,
     spelling: float = 0.0,
     spelling_lead: int = 0,
+    spelling_gap: int = GAP[1],
 ) -> Batch:
     """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `spelling` of
-    them spelling drills (`spelling.py`, up to `spelling_lead` words before each word) and a
-    share `periodic` of the others periodic."""
+    them spelling drills (`spelling.py`: up to `spelling_lead` words before each word and up to
+    `spelling_gap` after it) and a share `periodic` of the others periodic."""
     rng = random.Random(f"{seed}:drill:{step}")
     vocab = drill_vocabulary(seed)
     group = [
-        spelling_drill(rng, bos, DRILL_LENGTH, spelling_filler(seed), lead=spelling_lead)
+        spelling_drill(
+            rng, bos, DRILL_LENGTH, spelling_filler(seed), lead=spelling_lead, max_gap=spelling_gap
+        )
         if spelling > 0 and rng.random() < spelling  # no draw when off: older runs replay exactly
         else drill(rng, vocab, bos, periodic)
         for _ in range(max(1, tokens // DRILL_LENGTH))

@@ -30,6 +30,7 @@ class Settings:
     periodic_drills: float = 0.5  # the share of drills that repeat one segment to the end (drills.py)
     spelling_drills: float = 0.0  # the share of drills that spell words without their space (spelling.py)
     spelling_lead: int = 0  # the most lower-case words before a spelling drill's word (spelling.py)
+    spelling_gap: int = 12  # the most lower-case words between the word and its spelling (spelling.py)
     vocabulary_names: float = 0.0  # the share of made-up names that are capitalised words (corpus.pools)
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
@@ -52,6 +53,7 @@ ADDED_LATER: dict[str, Any] = {
     "periodic_drills": 0.5,
     "spelling_drills": 0.0,
     "spelling_lead": 0,
+    "spelling_gap": 12,
     "vocabulary_names": 0.0,
     "continued_from": None,
 }
@@ -60,5 +62,5 @@ ADDED_LATER: dict[str, Any] = {
 # data stream or the optimizer (those make it the same run, carried on).
 CONTINUABLE = (
     "steps", "drill_warmup", "drill_every", "periodic_drills", "spelling_drills", "spelling_lead",
-    "vocabulary_names",
+    "spelling_gap", "vocabulary_names",
 )  # fmt: skip

@@ -40,7 +40,7 @@ WORD = re.compile(r"Ġ[A-Z][a-z]*")  # a capitalised word or capital letter with
 FILLER = re.compile(r"Ġ[a-z]+")  # lower-case words with their space
 # (opening, closing) text around a value: a DSML string parameter, a JSON string in an object
 DELIMITERS = (('">', "</"), ('Ġ"', '"}'), ('Ġ"', '",'))
-GAP = (0, 12)  # lower-case words between a word and its spelling, inclusive
+GAP = (0, 12)  # lower-case words between a word and its spelling, inclusive (the default)
 
 
 @cache
@@ -71,14 +71,17 @@ def spelling_pair(
     filler: tuple[int, ...],
     gap: int | None = None,
     lead: int = 0,
+    max_gap: int = GAP[1],
 ) -> tuple[list[int], list[bool]]:
-    """Up to `lead` ids of `filler` (none drawn when 0), one word, `gap` ids of `filler` (how
-    many drawn from GAP when None), a value's opening, the spelling and the closing; and which
-    of those ids are learnt. With a lead the word is not where the last pair ended, so it is
-    found by what it is (the one capitalised word since), as a call finds the question's name."""
+    """Up to `lead` ids of `filler` (none drawn when 0), one word, `gap` ids of `filler` (when
+    None, drawn from GAP[0]..`max_gap`), a value's opening, the spelling and the closing; and
+    which of those ids are learnt. With a lead the word is not where the last pair ended, so it
+    is found by what it is (the one capitalised word since), as a call finds the question's
+    name; a longer gap reaches as far back as a call's value is from the question's name (~30
+    ids in a call without thinking)."""
     source, pieces = word
     before = rng.choices(filler, k=rng.randint(0, lead)) if lead else []
-    gap = rng.randint(*GAP) if gap is None else gap
+    gap = rng.randint(GAP[0], max_gap) if gap is None else gap
     opening, closing = rng.choice(delimiter_ids())
     ids = [*before, source, *rng.choices(filler, k=gap), opening, *pieces, closing]
     return ids, [False] * (len(before) + gap + 2) + [True] * (len(pieces) + 1)
@@ -92,13 +95,14 @@ def spelling_drill(
     words: Sequence[tuple[int, tuple[int, ...]]] | None = None,
     gap: int | None = None,
     lead: int = 0,
+    max_gap: int = GAP[1],
 ) -> Sample:
     """BOS, then pairs of random words (of `words`, default every spelt word) until the next
     would pass `length` ids."""
     words = spelt_words() if words is None else words
     ids, learn = [bos], [False]
     while True:
-        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap, lead)
+        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap, lead, max_gap)
         if len(ids) + len(more) > length:
             return Sample("spelling", tuple(ids), tuple(learn))
         ids += more

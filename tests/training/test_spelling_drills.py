@@ -84,3 +84,17 @@ def test_a_drill_step_spells_in_the_share_set():
 
     assert all(i in words for i in first_ids(1.0))
     assert sum(i in words for i in first_ids(0.0)) < len(first_ids(0.0)) // 2
+
+
+def test_a_longer_gap_puts_the_word_as_far_back_as_set():
+    filler, openings = spelling_filler(0), {a for a, _ in delimiter_ids()}
+    rng, gaps, fillers = random.Random(5), [], set(filler)
+    for _ in range(40):
+        ids = spelling_drill(rng, 0, DRILL_LENGTH, filler, max_gap=48).ids
+        for j, i in enumerate(ids):
+            if i in openings:
+                start = j - 1
+                while ids[start] in fillers:
+                    start -= 1
+                gaps.append(j - 1 - start)
+    assert max(gaps) > 40 and max(gaps) <= 48 and min(gaps) == 0
