@@ -50,8 +50,8 @@ def pack(
 ) -> dict[str, str]:
     """Write `tensors` to the safetensors file `path`; the 2-D tensors named in `sparse` keep
     only their rows that differ from their most common row, where that is smaller than the whole
-    tensor; those named in `regenerable` are
-    left out (their digest kept). Returns the layout written."""
+    tensor; those named in `regenerable` are left out (their digest kept). Returns the layout
+    written."""
     layout: dict[str, str] = {}
     stored: dict[str, torch.Tensor] = {}
     seen: dict[tuple, str] = {}

@@ -22,9 +22,10 @@ Measured (`benchmarks/spelling.py`, docs/TRAINING.md §7): the trained model's s
 whole table (its first run: 99.75% of 11,446 words spelt exactly after 300 steps of adjacent
 pairs alone) and none of the words it was not shown: it is a table, which is why it covers every
 word. Not yet shown: a trainer run that learns it. At `--spelling-drills 0.3` a run sees ~8
-pairs per word over a 1,000-step warm-up at lr 1e-3, and four such runs never learnt the table
-(first id right for ~1-2% of pairs, in drill context too: docs/TRAINING.md §7), where the
-benchmark's table appeared after ~7-14 pairs per word at lr 3e-3 with nothing else trained.
+pairs per word over a 1,000-step warm-up at lr 1e-3; the one run measured on the drills
+themselves (a continuation with more of them) had not learnt the table (first id right for ~1-2%
+of pairs: docs/TRAINING.md §7), where the benchmark's table appeared after ~7-14 pairs per word
+at lr 3e-3 with nothing else trained.
 """
 
 from __future__ import annotations
