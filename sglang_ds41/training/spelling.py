@@ -25,7 +25,9 @@ word. Not yet shown: a trainer run that learns it. At `--spelling-drills 0.3` a 
 pairs per word over a 1,000-step warm-up at lr 1e-3; the one run measured on the drills
 themselves (a continuation with more of them) had not learnt the table (first id right for ~1-2%
 of pairs: docs/TRAINING.md §7), where the benchmark's table appeared after ~7-14 pairs per word
-at lr 3e-3 with nothing else trained.
+at lr 3e-3 with nothing else trained; the trainer at that density (`--spelling-drills 1.0
+--spelling-gap 0`, lr 3e-3) spelt 76% of first ids after 350 steps, but only from the adjacent
+word.
 """
 
 from __future__ import annotations
