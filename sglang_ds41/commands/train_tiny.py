@@ -90,6 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start RUN_DIR from SOURCE_RUN's saved step and carry it on with a new --steps "
         "(and drill settings); the source is not changed",
     )
+    parser.add_argument(
+        "--until",
+        type=int,
+        metavar="STEP",
+        help="stop after STEP (saved there), the learning rate still following --steps: the end "
+        "of one phase of a run that --continue-from carries on with other drill settings",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
     parser.add_argument(
         "--bundle", metavar="DIR", help="after training, pack the model for shipping into DIR"
@@ -112,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from sglang_ds41.training.export import export, ship
     from sglang_ds41.training.trainer import STATE_FILE, Run, Settings
 
+    if args.until is not None and (args.bundle or args.export):
+        raise Ds41Error("--bundle and --export pack a finished run, and --until stops it before its end")
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     run_dir = Path(args.run_dir)
     given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
@@ -129,7 +138,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"train-tiny: resuming {run_dir} at step {run.step} of {run.settings.steps}")
     else:
         run = Run.create(run_dir, dataclasses.replace(Settings(), **given))
-    run.train()
+    run.train(until=args.until)
+    if run.step < run.settings.steps:
+        print(f"train-tiny: stopped at step {run.step} of {run.settings.steps} (--until)")
+        return 0
     if args.bundle:
         print(f"train-tiny: packed the model into {ship(run, args.bundle)}")
     if args.export:

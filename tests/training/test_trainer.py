@@ -130,3 +130,18 @@ def test_train_tiny_does_not_resume_a_run_with_other_settings(tmp_path, capsys):
     )
     error = capsys.readouterr().err
     assert "--steps, --drill-every would change them" in error and "--continue-from" in error
+
+
+def test_train_tiny_until_ends_a_phase_that_a_continuation_carries_on(tmp_path, capsys):
+    import dataclasses
+
+    from sglang_ds41 import cli
+
+    Run.create(tmp_path / "a", dataclasses.replace(SMALL, steps=6)).save()
+    assert cli.main(["train-tiny", str(tmp_path / "a"), "--until", "2", "--threads", "1"]) == 0
+    phase = Run.resume(tmp_path / "a")
+    assert phase.step == 2 and phase.settings.steps == 6  # stopped; its schedule still 6 steps long
+    assert "stopped at step 2 of 6" in capsys.readouterr().out
+    assert cli.main(["train-tiny", str(tmp_path / "a"), "--until", "3", "--export", str(tmp_path / "x")]) == 2
+    assert "--until stops it before its end" in capsys.readouterr().err
+    assert Run.resume(tmp_path / "a").step == 2  # refused before training
