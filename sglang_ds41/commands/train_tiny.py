@@ -8,7 +8,8 @@ NAME = "train-tiny"
 # The flags that set `training.settings.Settings` fields of the same name (None = not given).
 SETTING_FLAGS = (
     "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "periodic_drills",
-    "spelling_drills", "spelling_lead", "spelling_gap", "vocabulary_names",
+    "spelling_drills", "spelling_lead", "spelling_gap", "spelling_tail",
+    "vocabulary_names",
 )  # fmt: skip
 HELP = (
     "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
@@ -76,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the most lower-case words between a spelling drill's word and its spelling, as far "
         f"as a call's value is from the question's name (default {d.spelling_gap})",
+    )
+    parser.add_argument(
+        "--spelling-tail",
+        type=int,
+        default=None,
+        help="the most pieces after a spelling drill's word, copied after its spelling, as the "
+        f"rest of a longer name is (default {d.spelling_tail})",
     )
     parser.add_argument(
         "--vocabulary-names",

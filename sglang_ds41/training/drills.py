@@ -104,15 +104,23 @@ def drill_batch(
     spelling: float = 0.0,
     spelling_lead: int = 0,
     spelling_gap: int = GAP[1],
+    spelling_tail: int = 0,
 ) -> Batch:
     """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `spelling` of
     them spelling drills (`spelling.py`: up to `spelling_lead` words before each word and up to
-    `spelling_gap` after it) and a share `periodic` of the others periodic."""
+    `spelling_gap` after it, and up to `spelling_tail` pieces after the word and its spelling)
+    and a share `periodic` of the others periodic."""
     rng = random.Random(f"{seed}:drill:{step}")
     vocab = drill_vocabulary(seed)
     group = [
         spelling_drill(
-            rng, bos, DRILL_LENGTH, spelling_filler(seed), lead=spelling_lead, max_gap=spelling_gap
+            rng,
+            bos,
+            DRILL_LENGTH,
+            spelling_filler(seed),
+            lead=spelling_lead,
+            max_gap=spelling_gap,
+            tail=spelling_tail,
         )
         if spelling > 0 and rng.random() < spelling  # no draw when off: older runs replay exactly
         else drill(rng, vocab, bos, periodic)

@@ -31,6 +31,7 @@ class Settings:
     spelling_drills: float = 0.0  # the share of drills that spell words without their space (spelling.py)
     spelling_lead: int = 0  # the most lower-case words before a spelling drill's word (spelling.py)
     spelling_gap: int = 12  # the most lower-case words between the word and its spelling (spelling.GAP)
+    spelling_tail: int = 0  # the most pieces after a spelling drill's word and its spelling
     vocabulary_names: float = 0.0  # the share of made-up names that are capitalised words (corpus.pools)
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
@@ -54,6 +55,7 @@ ADDED_LATER: dict[str, Any] = {
     "spelling_drills": 0.0,
     "spelling_lead": 0,
     "spelling_gap": 12,
+    "spelling_tail": 0,
     "vocabulary_names": 0.0,
     "continued_from": None,
 }
@@ -62,5 +64,5 @@ ADDED_LATER: dict[str, Any] = {
 # data stream or the optimizer (those make it the same run, carried on).
 CONTINUABLE = (
     "steps", "drill_warmup", "drill_every", "periodic_drills", "spelling_drills", "spelling_lead",
-    "spelling_gap", "vocabulary_names",
+    "spelling_gap", "spelling_tail", "vocabulary_names",
 )  # fmt: skip

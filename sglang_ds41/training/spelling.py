@@ -57,6 +57,14 @@ def spelt_words() -> tuple[tuple[int, tuple[int, ...]], ...]:
     return tuple((i, spell(token[1:])) for i, token in words)
 
 
+@cache
+def tail_pieces() -> tuple[int, ...]:
+    """The ids that continue a spelling (every id of a spelt word after its first), in id order:
+    what follows a name's first id in a question and again in the call (`ĠAnt al ya` /
+    `Ant al ya`), so a pair with a tail teaches the copying of the rest of a name too."""
+    return tuple(sorted({i for _, spelling in spelt_words() for i in spelling[1:]}))
+
+
 def filler_of(ids: tuple[int, ...]) -> tuple[int, ...]:
     """The lower-case words among `ids` (a drill draws its fillers from ids the corpus uses, so
     they add no embedding rows to ship)."""
@@ -77,19 +85,23 @@ def spelling_pair(
     gap: int | None = None,
     lead: int = 0,
     max_gap: int = GAP[1],
+    tail: int = 0,
 ) -> tuple[list[int], list[bool]]:
     """Up to `lead` ids of `filler` (none drawn when 0), one word, `gap` ids of `filler` (when
     None, drawn from GAP[0]..`max_gap`), a value's opening, the spelling and the closing; and
     which of those ids are learnt. With a lead the word is not where the last pair ended, so it
     is found by what it is (the one capitalised word since), as a call finds the question's
     name; a longer gap reaches as far back as a call's value is from the question's name (~30
-    ids in a call without thinking)."""
+    ids in a call without thinking). With `tail`, up to that many pieces (`tail_pieces`) follow
+    the word and its spelling alike, as the rest of a longer name does (none drawn when 0)."""
     source, pieces = word
     before = rng.choices(filler, k=rng.randint(0, lead)) if lead else []
+    rest = rng.choices(tail_pieces(), k=rng.randint(0, tail)) if tail else []
     gap = rng.randint(GAP[0], max_gap) if gap is None else gap
     opening, closing = rng.choice(delimiter_ids())
-    ids = [*before, source, *rng.choices(filler, k=gap), opening, *pieces, closing]
-    return ids, [False] * (len(before) + gap + 2) + [True] * (len(pieces) + 1)
+    ids = [*before, source, *rest, *rng.choices(filler, k=gap), opening, *pieces, *rest, closing]
+    learnt = len(pieces) + len(rest) + 1
+    return ids, [False] * (len(ids) - learnt) + [True] * learnt
 
 
 def spelling_drill(
@@ -101,13 +113,14 @@ def spelling_drill(
     gap: int | None = None,
     lead: int = 0,
     max_gap: int = GAP[1],
+    tail: int = 0,
 ) -> Sample:
     """BOS, then pairs of random words (of `words`, default every spelt word) until the next
     would pass `length` ids."""
     words = spelt_words() if words is None else words
     ids, learn = [bos], [False]
     while True:
-        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap, lead, max_gap)
+        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap, lead, max_gap, tail)
         if len(ids) + len(more) > length:
             return Sample("spelling", tuple(ids), tuple(learn))
         ids += more

@@ -164,7 +164,7 @@ class Run:
                     bos = self.config.bos_token_id
                     batch = drill_batch(
                         s.seed, self.step, s.batch_tokens, self.hasher, bos, s.periodic_drills,
-                        s.spelling_drills, s.spelling_lead, s.spelling_gap,
+                        s.spelling_drills, s.spelling_lead, s.spelling_gap, s.spelling_tail,
                     )  # fmt: skip
                 else:
                     packed = next(stream)

@@ -6,7 +6,13 @@ import re
 
 from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.training.drills import DRILL_LENGTH, drill_batch, spelling_filler
-from sglang_ds41.training.spelling import delimiter_ids, spelling_drill, spelt_words
+from sglang_ds41.training.spelling import (
+    delimiter_ids,
+    spelling_drill,
+    spelling_pair,
+    spelt_words,
+    tail_pieces,
+)
 
 
 def test_every_capitalised_word_is_spelt_as_the_tokenizer_writes_it_without_its_space():
@@ -98,3 +104,24 @@ def test_a_longer_gap_puts_the_word_as_far_back_as_set():
                     start -= 1
                 gaps.append(j - 1 - start)
     assert max(gaps) > 40 and max(gaps) <= 48 and min(gaps) == 0
+
+
+def test_a_tail_follows_the_word_and_is_copied_after_its_spelling():
+    tokenizer, filler = v41_tokenizer(), spelling_filler(0)
+    words, tails, lengths = spelt_words(), set(tail_pieces()), set()
+    # a spelling's later ids, never a spaced word: "Antalya" is `Ant`, `al`, `ya`
+    assert {tokenizer.id_to_token(i)[0] for i in tails}.isdisjoint({"Ġ"}) and not tails & set(filler)
+    rng = random.Random(6)
+    for _ in range(200):
+        word = rng.choice(words)
+        ids, learn = spelling_pair(rng, word, filler, gap=5, tail=3)
+        source, spelling = word
+        n = (len(ids) - 8 - len(spelling)) // 2  # word, rest, 5 fillers, opening, spelling, rest, closing
+        rest = ids[1 : 1 + n]
+        lengths.add(len(rest))
+        assert ids[0] == source and all(i in tails for i in rest)
+        assert ids[-1 - len(rest) - len(spelling) : -1] == [*spelling, *rest]
+        assert learn == [False] * (len(ids) - len(spelling) - len(rest) - 1) + [True] * (
+            len(spelling) + len(rest) + 1
+        )
+    assert lengths == {0, 1, 2, 3}
