@@ -13,21 +13,20 @@ whether or not the corpus ever names it:
     BOS  ĠWord  <0-12 lower-case words>  ">  W o rd  </   ĠOther ... Ġ"  Other  "}  ...
 
 With a lead (`--spelling-lead N`), up to N lower-case words come before each word too, so the
-word is not where the last pair ended and must be found by what it is. Only the spelling and
-the closing id are learnt. The words between a word and its spelling make
+word is not where the last pair ended and must be found by what it is; with a tail
+(`--spelling-tail N`), up to N pieces follow the word and again its spelling, as the rest of a
+longer name does (`ĠAnt al ya` / `Ant al ya`). Only the spelling, the tail and the closing id
+are learnt. The words between a word and its spelling make
 the model read it through attention, as a call reads a name from the question; the opening and
 closing ids are the DSML parameter's and a JSON string's (`DELIMITERS`).
 
 Measured (`benchmarks/spelling.py`, docs/TRAINING.md §7): the trained model's shape learns the
 whole table (its first run: 99.75% of 11,446 words spelt exactly after 300 steps of adjacent
 pairs alone) and none of the words it was not shown: it is a table, which is why it covers every
-word. Not yet shown: a trainer run that learns it. At `--spelling-drills 0.3` a run sees ~8
-pairs per word over a 1,000-step warm-up at lr 1e-3; the one run measured on the drills
-themselves (a continuation with more of them) had not learnt the table (first id right for ~1-2%
-of pairs: docs/TRAINING.md §7), where the benchmark's table appeared after ~7-14 pairs per word
-at lr 3e-3 with nothing else trained; the trainer at that density (`--spelling-drills 1.0
---spelling-gap 0`, lr 3e-3) spelt 76% of first ids after 350 steps, but only from the adjacent
-word.
+word. The trainer learns it only where pairs are dense (`--spelling-drills 1.0`: ~900 pairs a
+step; at 0.3 runs never did), adjacent pairs first and then gaps and leads so it is read from
+further back; with tails the rest of a name is copied after the spelling. Which order and rate
+carry it into calls is docs/TRAINING.md §7's open question.
 """
 
 from __future__ import annotations
