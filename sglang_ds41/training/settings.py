@@ -31,7 +31,7 @@ class Settings:
     spelling_drills: float = 0.0  # the share of drills that spell words without their space (spelling.py)
     spelling_lead: int = 0  # the most lower-case words before a spelling drill's word (spelling.py)
     spelling_gap: int = 12  # the most lower-case words between the word and its spelling (spelling.GAP)
-    spelling_tail: int = 0  # the most pieces after a spelling drill's word and its spelling
+    spelling_tail: int = 0  # the most pieces after a spelling drill's word and its spelling (spelling.py)
     vocabulary_names: float = 0.0  # the share of made-up names that are capitalised words (corpus.pools)
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
