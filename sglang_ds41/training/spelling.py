@@ -24,9 +24,9 @@ Measured (`benchmarks/spelling.py`, docs/TRAINING.md §7): the trained model's s
 whole table (its first run: 99.75% of 11,446 words spelt exactly after 300 steps of adjacent
 pairs alone) and none of the words it was not shown: it is a table, which is why it covers every
 word. The trainer learns it only where pairs are dense (`--spelling-drills 1.0`: ~900 pairs a
-step; at 0.3 the run measured had not), adjacent pairs first and then gaps and leads so it is read from
-further back; with tails the rest of a name is copied after the spelling. Which order and rate
-carry it into calls is docs/TRAINING.md §7's open question.
+step; at 0.3 the run measured had not), adjacent pairs first and then gaps and leads so it is
+read from further back; with tails the rest of a name is copied after the spelling. Which order
+and rate carry it into calls is docs/TRAINING.md §7's open question.
 """
 
 from __future__ import annotations
