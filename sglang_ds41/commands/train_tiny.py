@@ -7,7 +7,8 @@ import argparse
 NAME = "train-tiny"
 # The flags that set `training.settings.Settings` fields of the same name (None = not given).
 SETTING_FLAGS = (
-    "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "periodic_drills",
+    "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "drill_share",
+    "periodic_drills",
     "spelling_drills", "spelling_lead", "spelling_gap", "spelling_tail",
     "vocabulary_names",
 )  # fmt: skip
@@ -50,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"after the warm-up, every n-th step is a drill step; 0 = none (default {d.drill_every})",
+    )
+    parser.add_argument(
+        "--drill-share",
+        type=float,
+        default=None,
+        help="after the warm-up, each corpus step also learns from drills of this share of its "
+        f"tokens, so what the drills grew is kept while the corpus trains (default {d.drill_share})",
     )
     parser.add_argument(
         "--periodic-drills",

@@ -26,7 +26,7 @@ production hasher gives each token (`EngramHasher.hash_sequence`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +56,10 @@ class Batch:
     @property
     def chunks(self) -> Chunks:
         return Chunks(torch.zeros_like(self.lengths), self.lengths)
+
+    def join(self, other: Batch) -> Batch:
+        """This batch's sequences, then `other`'s: one step learns from both."""
+        return Batch(*(torch.cat([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)))
 
 
 class EngramTables(nn.Module):

@@ -27,6 +27,7 @@ class Settings:
     copy_first: int = 10000  # conversations drawn from the copy-heavy mix first (corpus.tasks.COPY_FIRST)
     drill_warmup: int = 0  # the first steps train on copy drills only (drills.py)
     drill_every: int = 0  # then every n-th step is a drill step (0 = none)
+    drill_share: float = 0.0  # then each corpus step also learns from drills of this share of its tokens
     periodic_drills: float = 0.5  # the share of drills that repeat one segment to the end (drills.py)
     spelling_drills: float = 0.0  # the share of drills that spell words without their space (spelling.py)
     spelling_lead: int = 0  # the most lower-case words before a spelling drill's word (spelling.py)
@@ -51,6 +52,7 @@ class Settings:
 
 # What runs did before these settings existed (their files lack them).
 ADDED_LATER: dict[str, Any] = {
+    "drill_share": 0.0,
     "periodic_drills": 0.5,
     "spelling_drills": 0.0,
     "spelling_lead": 0,
@@ -63,6 +65,6 @@ ADDED_LATER: dict[str, Any] = {
 # What a continued run may change: how long it runs and what it trains on, not the model, the
 # data stream or the optimizer (those make it the same run, carried on).
 CONTINUABLE = (
-    "steps", "drill_warmup", "drill_every", "periodic_drills", "spelling_drills", "spelling_lead",
-    "spelling_gap", "spelling_tail", "vocabulary_names",
+    "steps", "drill_warmup", "drill_every", "drill_share", "periodic_drills", "spelling_drills",
+    "spelling_lead", "spelling_gap", "spelling_tail", "vocabulary_names",
 )  # fmt: skip

@@ -38,7 +38,7 @@ from sglang_ds41.reference.model import Transformer
 
 from .data import IGNORE, batches
 from .drills import drill_batch, is_drill_step
-from .forward import EngramTables, forward_hidden
+from .forward import Batch, EngramTables, forward_hidden
 from .init import initialise
 from .quant import round_like_checkpoint, set_rounding
 from .settings import CONTINUABLE, Settings
@@ -161,14 +161,12 @@ class Run:
             while self.step < last:
                 drilling = is_drill_step(self.step, s.drill_warmup, s.drill_every)
                 if drilling:
-                    bos = self.config.bos_token_id
-                    batch = drill_batch(
-                        s.seed, self.step, s.batch_tokens, self.hasher, bos, s.periodic_drills,
-                        s.spelling_drills, s.spelling_lead, s.spelling_gap, s.spelling_tail,
-                    )  # fmt: skip
+                    batch = self._drills(s.batch_tokens)
                 else:
                     packed = next(stream)
                     batch = packed.batch
+                    if s.drill_share > 0:
+                        batch = batch.join(self._drills(round(s.drill_share * s.batch_tokens)))
                 started = time.perf_counter()
                 loss, n_tokens = self.optimize(batch)
                 if not drilling:
@@ -190,6 +188,14 @@ class Run:
                 if self.step % s.save_every == 0 or self.step == last:
                     self.save()
         bar.close()
+
+    def _drills(self, tokens: int) -> Batch:
+        """This step's drills (`drills.drill_batch`), about `tokens` of them."""
+        s = self.settings
+        return drill_batch(
+            s.seed, self.step, tokens, self.hasher, self.config.bos_token_id, s.periodic_drills,
+            s.spelling_drills, s.spelling_lead, s.spelling_gap, s.spelling_tail,
+        )  # fmt: skip
 
     def optimize(self, batch) -> tuple[float, int]:
         """One optimizer step on `batch` at the schedule's learning rate; advances `step`.

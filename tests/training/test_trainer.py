@@ -145,3 +145,28 @@ def test_train_tiny_until_ends_a_phase_that_a_continuation_carries_on(tmp_path, 
     assert cli.main(["train-tiny", str(tmp_path / "a"), "--until", "3", "--export", str(tmp_path / "x")]) == 2
     assert "--until stops it before its end" in capsys.readouterr().err
     assert Run.resume(tmp_path / "a").step == 2  # refused before training
+
+
+def test_a_drill_share_adds_this_steps_drills_to_each_corpus_step_and_leaves_the_corpus_place(tmp_path):
+    from sglang_ds41.training.drills import drill_batch
+
+    plain = Run.create(tmp_path / "a", SMALL)
+    plain.train(progress_bar=False)
+    mixed_settings = Settings(**{**SMALL.__dict__, "drill_share": 0.5, "spelling_drills": 1.0})
+    mixed = Run.create(tmp_path / "b", mixed_settings)
+    mixed.train(progress_bar=False)
+    assert mixed.position == plain.position  # the drills ride along; the corpus is not skipped
+
+    def records(run_dir):
+        return [json.loads(line) for line in (run_dir / PROGRESS_FILE).read_text().splitlines()]
+
+    drilled = [
+        drill_batch(SMALL.seed, step, 300, mixed.hasher, mixed.config.bos_token_id, 0.5, 1.0)
+        for step in range(SMALL.steps)
+    ]
+    added = [
+        (b["tokens"] - a["tokens"], b["learnt"] - a["learnt"], b["drill"])
+        for a, b in zip(records(tmp_path / "a"), records(tmp_path / "b"), strict=True)
+    ]
+    assert added == [(d.ids.numel(), int((d.targets != -100).sum()), False) for d in drilled]
+    assert all(n > 0 for n, _, _ in added)
