@@ -9,8 +9,9 @@ is `Rich`, `mond` in the call: docs/TRAINING.md §7), is the model's top predict
 before it. `first id` needs the word's space-free spelling (what the spelling drills teach);
 `every id` also needs the copying of the rest.
 
-Groups: held-out real cities, held-out made-up names (`corpus.pools`, split `held_out`), and
-training-split cities as the control.
+Groups: held-out real cities, held-out made-up names (`corpus.pools`, split `held_out`),
+training-split cities as the control, and words of the spelling drills' table
+(`training/spelling.py`): whether what the drills teach is used in a call.
 
     python benchmarks/name_writing.py [--model-dir DIR] [--names 30]
 """
@@ -32,6 +33,7 @@ from sglang_ds41.training.corpus.pools import HELD_OUT, TRAIN, Pools, split_citi
 from sglang_ds41.training.corpus.samples import turns
 from sglang_ds41.training.corpus.tasks import MODEL
 from sglang_ds41.training.corpus.toolbank import CALCULATE, GET_WEATHER
+from sglang_ds41.training.spelling import spelt_words
 
 RESULTS = Path(__file__).resolve().parent / "results" / "name_writing.json"
 QUESTIONS = ("What is the weather in {}?", "How warm is it in {} right now?")
@@ -44,7 +46,16 @@ def groups(seed: int, n: int) -> dict[str, list[str]]:
         "held-out cities": rng.sample(list(split_cities(HELD_OUT)), n),
         "held-out made-up names": [held.made_up_name(rng) for _ in range(n)],
         "training cities": rng.sample(list(split_cities(TRAIN)), n),
+        "drilled words": rng.sample(drilled_words(), n),
     }
+
+
+def drilled_words() -> list[str]:
+    """The vocabulary's capitalised words of 4+ letters, one id with their space: the words
+    whose space-free spelling the spelling drills teach, so this group asks whether that table
+    reaches a call at all."""
+    tok = text_tokenizer()
+    return [tok.id_to_token(i)[1:] for i, _ in spelt_words() if len(tok.id_to_token(i)) > 4]
 
 
 def call_ids(name: str, question: str) -> tuple[list[int], int, list[int]]:
