@@ -8,8 +8,7 @@ NAME = "train-tiny"
 # The flags that set `training.settings.Settings` fields of the same name (None = not given).
 SETTING_FLAGS = (
     "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "drill_share",
-    "periodic_drills",
-    "spelling_drills", "spelling_lead", "spelling_gap", "spelling_tail",
+    "periodic_drills", "spelling_drills", "spelling_lead", "spelling_gap", "spelling_tail",
     "vocabulary_names",
 )  # fmt: skip
 HELP = (

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_ds41.config import V41Config
+from sglang_ds41.errors import Ds41Error
 
 from .config import trained_config
 
@@ -40,6 +41,12 @@ class Settings:
     # A continued run (`Run.continue_from`): the step it started from and its source's settings.
     continued_from: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        for name in SHARES:
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                flag, value = "--" + name.replace("_", "-"), getattr(self, name)
+                raise Ds41Error(f"training setting {name} ({flag}) is a share: expected 0 to 1, got {value}")
+
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Settings:
         """The settings of a `settings.json`; a setting added after the file was written takes
@@ -49,6 +56,9 @@ class Settings:
     def config(self) -> V41Config:
         return V41Config.from_dict(trained_config(text=self.text), source="training settings")
 
+
+# The settings that are a share of something (of drills, of a batch, of names): 0 to 1.
+SHARES = ("drill_share", "periodic_drills", "spelling_drills", "vocabulary_names")
 
 # What runs did before these settings existed (their files lack them).
 ADDED_LATER: dict[str, Any] = {

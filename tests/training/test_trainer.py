@@ -170,3 +170,12 @@ def test_a_drill_share_adds_this_steps_drills_to_each_corpus_step_and_leaves_the
     ]
     assert added == [(d.ids.numel(), int((d.targets != -100).sum()), False) for d in drilled]
     assert all(n > 0 for n, _, _ in added)
+
+
+def test_train_tiny_refuses_a_share_outside_0_to_1_before_it_creates_the_run(tmp_path, capsys):
+    from sglang_ds41 import cli
+
+    assert cli.main(["train-tiny", str(tmp_path / "a"), "--drill-share", "1.5", "--threads", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "drill_share (--drill-share) is a share: expected 0 to 1, got 1.5" in error
+    assert not (tmp_path / "a").exists()
