@@ -55,7 +55,8 @@ def drilled_words() -> list[str]:
     whose space-free spelling the spelling drills teach, so this group asks whether that table
     reaches a call at all."""
     tok = text_tokenizer()
-    return [tok.id_to_token(i)[1:] for i, _ in spelt_words() if len(tok.id_to_token(i)) > 4]
+    spaced = (tok.id_to_token(i) for i, _ in spelt_words())
+    return [token[1:] for token in spaced if len(token) > 4]
 
 
 def call_ids(name: str, question: str) -> tuple[list[int], int, list[int]]:

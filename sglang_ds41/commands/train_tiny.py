@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     from sglang_ds41.errors import Ds41Error
     from sglang_ds41.training.export import export, ship
+    from sglang_ds41.training.settings import flag
     from sglang_ds41.training.trainer import STATE_FILE, Run, Settings
 
     if args.until is not None and (args.bundle or args.export):
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"train-tiny: continuing {args.continue_from} from step {run.step} to {run.settings.steps}")
     elif (run_dir / STATE_FILE).exists() or (run_dir / "settings.json").exists():
         if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            flags = ", ".join(flag(name) for name in given)
             raise Ds41Error(
                 f"{run_dir} holds a run, which resumes with its own settings; {flags} would change "
                 "them: carry it on in a new directory with --continue-from instead"

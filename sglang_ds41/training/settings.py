@@ -43,9 +43,11 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in SHARES:
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                flag, value = "--" + name.replace("_", "-"), getattr(self, name)
-                raise Ds41Error(f"training setting {name} ({flag}) is a share: expected 0 to 1, got {value}")
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise Ds41Error(
+                    f"training setting {name} ({flag(name)}) is a share: expected 0 to 1, got {value}"
+                )
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Settings:
@@ -55,6 +57,11 @@ class Settings:
 
     def config(self) -> V41Config:
         return V41Config.from_dict(trained_config(text=self.text), source="training settings")
+
+
+def flag(name: str) -> str:
+    """The `train-tiny` flag that sets the setting `name`."""
+    return "--" + name.replace("_", "-")
 
 
 # The settings that are a share of something (of drills, of a batch, of names): 0 to 1.

@@ -148,6 +148,7 @@ def test_train_tiny_until_ends_a_phase_that_a_continuation_carries_on(tmp_path, 
 
 
 def test_a_drill_share_adds_this_steps_drills_to_each_corpus_step_and_leaves_the_corpus_place(tmp_path):
+    from sglang_ds41.training.data import IGNORE
     from sglang_ds41.training.drills import drill_batch
 
     plain = Run.create(tmp_path / "a", SMALL)
@@ -168,7 +169,7 @@ def test_a_drill_share_adds_this_steps_drills_to_each_corpus_step_and_leaves_the
         (b["tokens"] - a["tokens"], b["learnt"] - a["learnt"], b["drill"])
         for a, b in zip(records(tmp_path / "a"), records(tmp_path / "b"), strict=True)
     ]
-    assert added == [(d.ids.numel(), int((d.targets != -100).sum()), False) for d in drilled]
+    assert added == [(d.ids.numel(), int((d.targets != IGNORE).sum()), False) for d in drilled]
     assert all(n > 0 for n, _, _ in added)
 
 
