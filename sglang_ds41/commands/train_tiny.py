@@ -9,7 +9,7 @@ NAME = "train-tiny"
 SETTING_FLAGS = (
     "seed", "steps", "batch_tokens", "lr", "copy_first", "drill_warmup", "drill_every", "drill_share",
     "periodic_drills", "spelling_drills", "spelling_lead", "spelling_gap", "spelling_tail",
-    "vocabulary_names",
+    "name_drills", "vocabulary_names",
 )  # fmt: skip
 HELP = (
     "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
@@ -91,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the most pieces after a spelling drill's word, copied after its spelling, as the "
         f"rest of a longer name is (default {d.spelling_tail})",
+    )
+    parser.add_argument(
+        "--name-drills",
+        type=float,
+        default=None,
+        help="share of drills that are the corpus's call turns (the question, the call) with every "
+        "name a capitalised word of the vocabulary, so its spelling is learnt where a call writes "
+        f"it (default {d.name_drills}; with --spelling-drills at most 1)",
     )
     parser.add_argument(
         "--vocabulary-names",

@@ -18,6 +18,8 @@ Two kinds, both over ids the corpus itself uses (no new embedding rows to ship),
 A third kind, a share `spelling` of a drill step's drills (a setting, off by default), teaches
 the space-free spelling of the vocabulary's capitalised words, which copying names into calls
 needs (`spelling.py`); it adds embedding rows (those words and their pieces) to what is shipped.
+A fourth, a share `names` (off by default), teaches the same spelling where a call writes it: the
+corpus's own call turns with every name a drilled word (`name_drills.py`).
 
 Measured (docs/TRAINING.md §7): at the learning rate of 3e-3 drills did not form the circuit;
 at 1e-3 they did (drill loss 6.8 -> 3.9 in 2,000 steps), and the model then copied, but also
@@ -40,6 +42,7 @@ from .corpus.samples import Sample, samples
 from .corpus.tasks import draw
 from .data import make_batch
 from .forward import Batch
+from .name_drills import name_drill
 from .spelling import GAP, filler_of, spelling_drill
 
 DRILL_LENGTH = 128  # ids per drill: within the sliding window, so every layer sees all of it
@@ -105,25 +108,32 @@ def drill_batch(
     spelling_lead: int = 0,
     spelling_gap: int = GAP[1],
     spelling_tail: int = 0,
+    names: float = 0.0,
 ) -> Batch:
     """The drill batch of step `step`: `tokens // DRILL_LENGTH` drills, a share `spelling` of
     them spelling drills (`spelling.py`: up to `spelling_lead` words before each word and up to
-    `spelling_gap` after it, and up to `spelling_tail` pieces after the word and its spelling)
-    and a share `periodic` of the others periodic."""
+    `spelling_gap` after it, and up to `spelling_tail` pieces after the word and its spelling),
+    a share `names` name drills (`name_drills.py`) and a share `periodic` of the others
+    periodic."""
     rng = random.Random(f"{seed}:drill:{step}")
     vocab = drill_vocabulary(seed)
-    group = [
-        spelling_drill(
-            rng,
-            bos,
-            DRILL_LENGTH,
-            spelling_filler(seed),
-            lead=spelling_lead,
-            max_gap=spelling_gap,
-            tail=spelling_tail,
-        )
-        if spelling > 0 and rng.random() < spelling  # no draw when off: older runs replay exactly
-        else drill(rng, vocab, bos, periodic)
-        for _ in range(max(1, tokens // DRILL_LENGTH))
-    ]
-    return make_batch(group, hasher)
+
+    def one() -> Sample:
+        # no draw when both are off, and the same draw as before name drills existed when they
+        # are off: older runs replay exactly
+        kind = rng.random() if spelling > 0 or names > 0 else 1.0
+        if kind < spelling:
+            return spelling_drill(
+                rng,
+                bos,
+                DRILL_LENGTH,
+                spelling_filler(seed),
+                lead=spelling_lead,
+                max_gap=spelling_gap,
+                tail=spelling_tail,
+            )
+        if kind < spelling + names:
+            return name_drill(rng, bos, DRILL_LENGTH)
+        return drill(rng, vocab, bos, periodic)
+
+    return make_batch([one() for _ in range(max(1, tokens // DRILL_LENGTH))], hasher)

@@ -34,6 +34,7 @@ class Settings:
     spelling_lead: int = 0  # the most lower-case words before a spelling drill's word (spelling.py)
     spelling_gap: int = 12  # the most lower-case words between the word and its spelling (spelling.GAP)
     spelling_tail: int = 0  # the most pieces after a spelling drill's word and its spelling (spelling.py)
+    name_drills: float = 0.0  # the share of drills that are call turns writing drilled words (name_drills.py)
     vocabulary_names: float = 0.0  # the share of made-up names that are capitalised words (corpus.pools)
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
@@ -48,6 +49,12 @@ class Settings:
                 raise Ds41Error(
                     f"training setting {name} ({flag(name)}) is a share: expected 0 to 1, got {value}"
                 )
+        if self.spelling_drills + self.name_drills > 1.0:
+            raise Ds41Error(
+                f"training settings spelling_drills and name_drills ({flag('spelling_drills')}, "
+                f"{flag('name_drills')}) are shares of the same drills: expected a sum of at most 1, "
+                f"got {self.spelling_drills} + {self.name_drills}"
+            )
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Settings:
@@ -65,7 +72,7 @@ def flag(name: str) -> str:
 
 
 # The settings that are a share of something (of drills, of a batch, of names): 0 to 1.
-SHARES = ("drill_share", "periodic_drills", "spelling_drills", "vocabulary_names")
+SHARES = ("drill_share", "periodic_drills", "spelling_drills", "name_drills", "vocabulary_names")
 
 # What runs did before these settings existed (their files lack them).
 ADDED_LATER: dict[str, Any] = {
@@ -75,6 +82,7 @@ ADDED_LATER: dict[str, Any] = {
     "spelling_lead": 0,
     "spelling_gap": 12,
     "spelling_tail": 0,
+    "name_drills": 0.0,
     "vocabulary_names": 0.0,
     "continued_from": None,
 }
@@ -83,5 +91,5 @@ ADDED_LATER: dict[str, Any] = {
 # data stream or the optimizer (those make it the same run, carried on).
 CONTINUABLE = (
     "steps", "drill_warmup", "drill_every", "drill_share", "periodic_drills", "spelling_drills",
-    "spelling_lead", "spelling_gap", "spelling_tail", "vocabulary_names",
+    "spelling_lead", "spelling_gap", "spelling_tail", "name_drills", "vocabulary_names",
 )  # fmt: skip

@@ -194,7 +194,7 @@ class Run:
         s = self.settings
         return drill_batch(
             s.seed, self.step, tokens, self.hasher, self.config.bos_token_id, s.periodic_drills,
-            s.spelling_drills, s.spelling_lead, s.spelling_gap, s.spelling_tail,
+            s.spelling_drills, s.spelling_lead, s.spelling_gap, s.spelling_tail, s.name_drills,
         )  # fmt: skip
 
     def optimize(self, batch) -> tuple[float, int]:

@@ -261,6 +261,7 @@ class Pools:
 
     split: str = TRAIN
     vocabulary_names: float = 0.0  # share of made-up names that open with a capitalised word
+    real_names: bool = True  # False: every city, person and company name is made up (name drills)
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -296,7 +297,7 @@ class Pools:
                 return name
 
     def city(self, rng: random.Random) -> str:
-        if rng.random() < 0.6:
+        if self.real_names and rng.random() < 0.6:
             return rng.choice(split_cities(self.split))
         return self.made_up_name(rng)
 
@@ -309,16 +310,18 @@ class Pools:
         return out
 
     def first_name(self, rng: random.Random) -> str:
-        if rng.random() < 0.7:
+        if self.real_names and rng.random() < 0.7:
             return rng.choice(self._real(_names(FIRST_NAMES)))
         return self.made_up_name(rng)
 
     def person(self, rng: random.Random) -> str:
-        surname = rng.choice(self._real(_names(SURNAMES))) if rng.random() < 0.7 else self.made_up_name(rng)
+        real = self.real_names and rng.random() < 0.7
+        surname = rng.choice(self._real(_names(SURNAMES))) if real else self.made_up_name(rng)
         return f"{self.first_name(rng)} {surname}"
 
     def company(self, rng: random.Random) -> str:
-        base = self.made_up_name(rng) if rng.random() < 0.6 else rng.choice(self._real(_names(SURNAMES)))
+        made_up = not self.real_names or rng.random() < 0.6
+        base = self.made_up_name(rng) if made_up else rng.choice(self._real(_names(SURNAMES)))
         if rng.random() < 0.3:
             base = base.upper()
         return f"{base} {rng.choice(COMPANY_SUFFIXES)}"
