@@ -112,6 +112,13 @@ def test_held_out_entities_never_occur_in_training_pools():
     held_words = {held.made_up_word(rng).lower() for _ in range(300)}
     assert all(P.in_split(w, P.HELD_OUT) for w in held_words)
     assert not any(P.in_split(train.made_up_word(random.Random(i)).lower(), P.HELD_OUT) for i in range(2000))
+    # nor is a held-out real name ever a training made-up name, though one-piece words and
+    # one-word vocabulary names are split by another hash than real names
+    people = held._real(P._names(P.FIRST_NAMES)) + held._real(P._names(P.SURNAMES))
+    held_real = {*P.split_cities(P.HELD_OUT), *people}
+    drawn = P.Pools(P.TRAIN, vocabulary_names=0.5)
+    rng = random.Random(1)
+    assert not held_real & {drawn.made_up_name(rng) for _ in range(200_000)}
 
 
 def test_vocabulary_names_open_with_any_capitalised_word_and_keep_their_split():
