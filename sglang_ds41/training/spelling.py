@@ -25,8 +25,9 @@ whole table (its first run: 99.75% of 11,446 words spelt exactly after 300 steps
 pairs alone) and none of the words it was not shown: it is a table, which is why it covers every
 word. The trainer learns it only where pairs are dense (`--spelling-drills 1.0`: ~900 pairs a
 step; at 0.3 the run measured had not), adjacent pairs first and then gaps and leads so it is
-read from further back; with tails the rest of a name is copied after the spelling. Which order
-and rate carry it into calls is docs/TRAINING.md §7's open question.
+read from further back; with tails the rest of a name is copied after the spelling. In these
+drills' own layout the table did not carry into calls; beside name drills (`name_drills.py`),
+which lay the same words out as calls, it did (docs/TRAINING.md §7).
 """
 
 from __future__ import annotations
