@@ -25,7 +25,7 @@ from sglang_ds41.encoding.request import conversation_from_request
 from sglang_ds41.encoding.special_tokens import Special
 
 from .corpus.pools import TRAIN, Pools
-from .corpus.samples import Sample, turns
+from .corpus.samples import Sample, packed, turns
 from .corpus.tasks import draw
 
 FAMILIES = ("weather", "tool", "json")  # families whose first assistant turn writes names
@@ -44,10 +44,4 @@ def call_cut(rng: random.Random) -> tuple[list[int], list[bool]]:
 
 def name_drill(rng: random.Random, bos: int, length: int) -> Sample:
     """BOS, then call cuts until the next would pass `length` ids (the first is always kept)."""
-    ids, learn = [bos], [False]
-    while True:
-        more, more_learn = call_cut(rng)
-        if len(ids) > 1 and len(ids) + len(more) > length:
-            return Sample("names", tuple(ids), tuple(learn))
-        ids += more
-        learn += more_learn
+    return packed("names", bos, length, lambda: call_cut(rng))

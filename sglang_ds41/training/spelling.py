@@ -39,7 +39,7 @@ from functools import cache
 
 from sglang_ds41.assets import v41_tokenizer
 
-from .corpus.samples import Sample
+from .corpus.samples import Sample, packed
 
 WORD = re.compile(r"Ġ[A-Z][a-z]*")  # a capitalised word or capital letter with its space
 FILLER = re.compile(r"Ġ[a-z]+")  # lower-case words with their space
@@ -116,12 +116,10 @@ def spelling_drill(
     tail: int = 0,
 ) -> Sample:
     """BOS, then pairs of random words (of `words`, default every spelt word) until the next
-    would pass `length` ids."""
+    would pass `length` ids (`packed`)."""
     words = spelt_words() if words is None else words
-    ids, learn = [bos], [False]
-    while True:
-        more, more_learn = spelling_pair(rng, rng.choice(words), filler, gap, lead, max_gap, tail)
-        if len(ids) + len(more) > length:
-            return Sample("spelling", tuple(ids), tuple(learn))
-        ids += more
-        learn += more_learn
+
+    def pair() -> tuple[list[int], list[bool]]:
+        return spelling_pair(rng, rng.choice(words), filler, gap, lead, max_gap, tail)
+
+    return packed("spelling", bos, length, pair)

@@ -14,6 +14,7 @@ is a sequence of its own.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_ds41.encoding import encode_prompt, render_completion, render_conversation
@@ -34,6 +35,18 @@ class Sample:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+def packed(family: str, bos: int, length: int, draw: Callable[[], tuple[list[int], list[bool]]]) -> Sample:
+    """BOS, then pieces from `draw` (ids, learnt flags) until the next would pass `length` ids;
+    the first piece is always kept, so a drill is never empty."""
+    ids, learn = [bos], [False]
+    while True:
+        more, more_learn = draw()
+        if len(ids) > 1 and len(ids) + len(more) > length:
+            return Sample(family, tuple(ids), tuple(learn))
+        ids += more
+        learn += more_learn
 
 
 def turns(conv: Conversation) -> list[tuple[list[int], list[int]]]:
