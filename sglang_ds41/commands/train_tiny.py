@@ -118,7 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="STEP",
         help="stop after STEP (saved there), the learning rate still following --steps: the end "
-        "of one phase of a run that --continue-from carries on with other drill settings",
+        "of one phase of a run that --continue-from carries on with other drill settings "
+        "(--bundle and --export then pack the model at STEP)",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: all cores)")
     parser.add_argument(
@@ -143,8 +144,6 @@ def run(args: argparse.Namespace) -> int:
     from sglang_ds41.training.settings import flag
     from sglang_ds41.training.trainer import STATE_FILE, Run, Settings
 
-    if args.until is not None and (args.bundle or args.export):
-        raise Ds41Error("--bundle and --export pack a finished run, and --until stops it before its end")
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     run_dir = Path(args.run_dir)
     given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name) is not None}
@@ -165,7 +164,6 @@ def run(args: argparse.Namespace) -> int:
     run.train(until=args.until)
     if run.step < run.settings.steps:
         print(f"train-tiny: stopped at step {run.step} of {run.settings.steps} (--until)")
-        return 0
     if args.bundle:
         print(f"train-tiny: packed the model into {ship(run, args.bundle)}")
     if args.export:

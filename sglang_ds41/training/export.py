@@ -52,18 +52,16 @@ def export(run: Run, out_dir: str | Path, variant: str = "base", engram: str = "
 
 def ship(run: Run, bundle_dir: str | Path) -> Path:
     """Pack the run's model for the package (`checkpoint.trained`): its base tensors, its
-    config, and what produced it (settings, steps, time, losses; from progress.jsonl)."""
+    config, and what produced it (settings, steps, time, losses; from progress.jsonl). A
+    continued run's time is its own (`train_seconds`) and its lineage's (`lineage_train_seconds`)."""
     import dataclasses
-    import json
     import sys
 
     from sglang_ds41.checkpoint.tiny import base_tensors, tiny_config
     from sglang_ds41.checkpoint.trained import write_bundle
 
-    from .trainer import PROGRESS_FILE
-
     overrides: dict[str, Any] = {**TRAINED_TEXT, **run.settings.text}
-    steps = [json.loads(line) for line in (run.dir / PROGRESS_FILE).read_text().splitlines() if line.strip()]
+    steps = run.progress()
     last = steps[-50:]
     training = {
         "command": "sglang-ds41 train-tiny RUN_DIR " + " ".join(sys.argv[3:])
@@ -72,6 +70,7 @@ def ship(run: Run, bundle_dir: str | Path) -> Path:
         "settings": dataclasses.asdict(run.settings),
         "steps": run.step,
         "train_seconds": round(sum(s["s"] for s in steps), 1),
+        "lineage_train_seconds": round(run.lineage_seconds(), 1),
         "tokens": sum(s["tokens"] for s in steps),
         "learnt_tokens": sum(s["learnt"] for s in steps),
         "final_loss_mean_last_50": round(sum(s["loss"] for s in last) / max(1, len(last)), 4),

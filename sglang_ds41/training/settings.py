@@ -39,7 +39,8 @@ class Settings:
     embed_std: float = 0.0884  # 1/sqrt(128): unit-scale logits at the start
     save_every: int = 50
     text: dict[str, Any] = dataclasses.field(default_factory=dict)  # overrides of config.TRAINED_TEXT
-    # A continued run (`Run.continue_from`): the step it started from and its source's settings.
+    # A continued run (`Run.continue_from`): the step it started from, its source's settings and
+    # the seconds of the steps behind that step (`train_seconds`, the source's sources included).
     continued_from: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:

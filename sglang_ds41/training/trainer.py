@@ -7,7 +7,8 @@
 
 The run directory holds `settings.json`, `state.pt` (model, Engram tables, optimizer, the
 live vocabulary rows, RNG and data positions; written atomically every `save_every` steps and
-at the end) and `progress.jsonl` (one line per step: loss, learning rate, tokens, seconds).
+at the end) and `progress.jsonl` (one line per step: loss, learning rate, tokens, and the
+step's wall seconds, making its batch included).
 Everything random comes from the seed: initial values (`init.py`), the rows of new ids
 (`vocab.py`) and the corpus (`data.py`), so a run resumed from any save point ends with the same
 weights as one that was never interrupted. A continued run (`continue_from`) is a finished or
@@ -113,7 +114,11 @@ class Run:
             raise Ds41Error(
                 f"{source_dir} is at step {step}; a continued run needs --steps above it, got {steps}"
             )
-        record = {"step": step, "settings": dataclasses.asdict(settings)}
+        record = {
+            "step": step,
+            "settings": dataclasses.asdict(settings),
+            "train_seconds": round(_lineage_seconds(source_dir, settings, step), 1),
+        }
         run = cls.create(run_dir, dataclasses.replace(settings, **changes, continued_from=record))
         run._load(state)
         run.save()
@@ -159,6 +164,7 @@ class Run:
         )
         with open(self.dir / PROGRESS_FILE, "a") as log:
             while self.step < last:
+                started = time.perf_counter()
                 drilling = is_drill_step(self.step, s.drill_warmup, s.drill_every)
                 if drilling:
                     batch = self._drills(s.batch_tokens)
@@ -167,7 +173,6 @@ class Run:
                     batch = packed.batch
                     if s.drill_share > 0:
                         batch = batch.join(self._drills(round(s.drill_share * s.batch_tokens)))
-                started = time.perf_counter()
                 loss, n_tokens = self.optimize(batch)
                 if not drilling:
                     self.position = (packed.window_start, packed.in_window + 1)
@@ -239,6 +244,14 @@ class Run:
             bias = block.ffn.gate.bias
             bias.add_(self.settings.bias_rate * torch.sign(load.mean() - load))
 
+    def progress(self) -> list[dict[str, Any]]:
+        """The progress records of the steps this run holds (`progress_records`)."""
+        return progress_records(self.dir, self.step)
+
+    def lineage_seconds(self) -> float:
+        """Seconds of the steps behind this run's state, its sources' included."""
+        return _lineage_seconds(self.dir, self.settings, self.step)
+
     # ---- state ------------------------------------------------------------------------------
 
     def save(self) -> None:
@@ -267,3 +280,26 @@ def _read_settings(run_dir: Path) -> Settings:
         return Settings.from_record(json.loads((run_dir / SETTINGS_FILE).read_text()))
     except FileNotFoundError:
         raise Ds41Error(f"{run_dir}: no {SETTINGS_FILE}; not a training run directory") from None
+
+
+def progress_records(run_dir: Path, step: int) -> list[dict[str, Any]]:
+    """`run_dir`'s progress records of its first `step` steps (a record's `step` counts the steps
+    done with it), one per step: a step done again after a resume (the log runs past the last
+    save when a run is stopped) keeps its last record."""
+    path = Path(run_dir) / PROGRESS_FILE
+    by_step: dict[int, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                if record["step"] <= step:
+                    by_step[record["step"]] = record
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def _lineage_seconds(run_dir: Path, settings: Settings, step: int) -> float:
+    """Seconds of `run_dir`'s own first `step` steps plus those its source recorded when it was
+    continued (`Settings.continued_from["train_seconds"]`; absent in records older than it)."""
+    own = sum(record["s"] for record in progress_records(run_dir, step))
+    source = (settings.continued_from or {}).get("train_seconds", 0.0)
+    return own + source

@@ -142,9 +142,35 @@ def test_train_tiny_until_ends_a_phase_that_a_continuation_carries_on(tmp_path, 
     phase = Run.resume(tmp_path / "a")
     assert phase.step == 2 and phase.settings.steps == 6  # stopped; its schedule still 6 steps long
     assert "stopped at step 2 of 6" in capsys.readouterr().out
-    assert cli.main(["train-tiny", str(tmp_path / "a"), "--until", "3", "--export", str(tmp_path / "x")]) == 2
-    assert "--until stops it before its end" in capsys.readouterr().err
-    assert Run.resume(tmp_path / "a").step == 2  # refused before training
+
+
+def test_a_bundle_of_a_continued_phase_records_the_whole_lineages_time(tmp_path):
+    """A shipped model can be a phase's end (`--until` with `--bundle`); its record counts the
+    seconds of every step behind it once, its sources' included, even where a stopped run's log
+    ran past its last save and the resumed run did those steps again."""
+    import dataclasses
+
+    from sglang_ds41 import cli
+    from sglang_ds41.checkpoint.trained import TRAINING_FILE
+
+    Run.create(tmp_path / "a", dataclasses.replace(SMALL, steps=6)).train(progress_bar=False, until=2)
+    with open(tmp_path / "a" / PROGRESS_FILE, "a") as log:  # step 3 logged, then stopped unsaved
+        log.write(json.dumps({"step": 3, "loss": 9.0, "s": 1000.0, "tokens": 1, "learnt": 1}) + "\n")
+    assert len(Run.resume(tmp_path / "a").progress()) == 2
+    Run.resume(tmp_path / "a").train(progress_bar=False, until=3)  # step 3 done again
+    done = Run.resume(tmp_path / "a").progress()
+    source_seconds = sum(r["s"] for r in done)
+    assert [r["step"] for r in done] == [1, 2, 3] and source_seconds < 1000.0
+
+    argv = ["train-tiny", str(tmp_path / "b"), "--continue-from", str(tmp_path / "a"), "--steps", "8",
+            "--until", "5", "--threads", "1", "--bundle", str(tmp_path / "bundle")]  # fmt: skip
+    assert cli.main(argv) == 0
+    record = json.loads((tmp_path / "bundle" / TRAINING_FILE).read_text())
+    own = [json.loads(line)["s"] for line in (tmp_path / "b" / PROGRESS_FILE).read_text().splitlines()]
+    assert record["steps"] == 5 and record["settings"]["steps"] == 8 and len(own) == 2
+    assert record["settings"]["continued_from"]["train_seconds"] == pytest.approx(source_seconds, abs=0.1)
+    assert record["train_seconds"] == pytest.approx(sum(own), abs=0.1)
+    assert record["lineage_train_seconds"] == pytest.approx(source_seconds + sum(own), abs=0.2)
 
 
 def test_a_drill_share_adds_this_steps_drills_to_each_corpus_step_and_leaves_the_corpus_place(tmp_path):
