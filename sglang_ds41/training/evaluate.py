@@ -289,22 +289,55 @@ def run_loop(completer: Completer, task: LoopTask, max_turns: int = 6) -> tuple[
 
 
 class ReferenceCompleter:
-    """The pure-PyTorch reference model, greedy."""
+    """The pure-PyTorch reference model, greedy, its output read as the server reads it
+    (`ServedOutput`, tolerant): a malformed call (an invoke never closed, arguments that are not
+    JSON) is an `invalid_tool_calls` entry, not a call, so the two are scored alike."""
 
     def __init__(self, model, max_new_tokens: int = 400):
         self.model, self.max_new_tokens = model, max_new_tokens
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         from sglang_ds41.encoding import encode_prompt, render_request
-        from sglang_ds41.encoding.parse import parse_ids
         from sglang_ds41.encoding.special_tokens import Special
         from sglang_ds41.reference.generate import generate
 
         rendered = render_request(body)
         ids = generate(self.model, encode_prompt(rendered), self.max_new_tokens, stop_ids=(Special.EOS.id,))
-        finish = "stop" if ids and ids[-1] == Special.EOS.id else "length"
-        message = parse_ids(ids[:-1] if finish == "stop" else ids, rendered.parsing, finish)
-        return message.to_openai() | {FINISH: message.finish_reason}
+        return served_message(ids, rendered.parsing, body.get("tools"))
+
+
+def served_message(ids: list[int], parsing, tools: Any = None) -> dict[str, Any]:
+    """Output ids (EOS last if the turn ended) as the server's chat message: its parse
+    (`ServedOutput`, tolerant, the request's `tools` for unwrapping), malformed calls as
+    `invalid_tool_calls`, and its finish reason."""
+    import dataclasses
+
+    from sglang_ds41.assets import v41_tokenizer
+    from sglang_ds41.encoding import wrapped_arguments
+    from sglang_ds41.encoding.special_tokens import Special
+    from sglang_ds41.plugin.serving.served_output import ServedOutput
+
+    ended = bool(ids) and ids[-1] == Special.EOS.id
+    output = ServedOutput(
+        dataclasses.replace(parsing, tolerant=True),
+        tokenizer=v41_tokenizer(),
+        declared=wrapped_arguments.declared_parameters(tools),
+    )
+    step = output.finish(ids, "stop" if ended else "length", Special.EOS.id if ended else None)
+    message: dict[str, Any] = {"role": "assistant", "content": step.content}
+    message["reasoning_content"] = step.reasoning
+    if step.calls:
+        message["tool_calls"] = [_served_call(call) for call in step.calls]
+    if step.invalid_calls:
+        message["invalid_tool_calls"] = [
+            _served_call(call) | {"error": "; ".join(call.problems)} for call in step.invalid_calls
+        ]
+    return message | {FINISH: "tool_calls" if step.calls else "stop" if ended else "length"}
+
+
+def _served_call(call) -> dict[str, Any]:
+    return {"id": f"call_{call.position:02d}", "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}  # fmt: skip
 
 
 class ServerCompleter:

@@ -47,3 +47,28 @@ def test_calls_are_scored_apart_by_whether_they_copy_a_name_or_only_numbers():
     assert E.score(product, product.expected) == {"exact": 1.0, "exact_numbers": 1.0}
     made_up = _call_case("What is the weather there?", "get_weather", {"city": "Richmond"})  # not copied
     assert E.score(made_up, made_up.expected) == {"exact": 1.0}
+
+
+def test_the_reference_models_output_is_read_as_the_server_reads_it():
+    """A call the model never closed (it wrote EOS inside the value, copying the question's
+    full stop) is a malformed call on the server, so in the reference too: not a call."""
+    from sglang_ds41.encoding import encode_prompt, render_completion
+    from sglang_ds41.encoding.conversation import AssistantMessage, ParsingOptions, ToolCall
+    from sglang_ds41.encoding.special_tokens import Special
+
+    from sglang_ds41.assets import v41_tokenizer
+
+    call = ToolCall("c1", "calculate", json.dumps({"expression": "17 * 3"}))
+    whole = encode_prompt(render_completion(AssistantMessage("", None, (call,)), False))
+    assert whole[-1] == Special.EOS.id
+    tools = ParsingOptions(thinking=False, parse_tool_calls=True)
+    closed = E.served_message(whole, tools)
+    assert E.calls_of(closed) == [("calculate", {"expression": "17 * 3"})]
+    assert closed[E.FINISH] == "tool_calls" and "invalid_tool_calls" not in closed
+
+    value_end = max(i for i, t in enumerate(whole) if "3" in v41_tokenizer().decode([t]))
+    unclosed = E.served_message([*whole[: value_end + 1], Special.EOS.id], tools)
+    assert E.calls_of(unclosed) == [] and unclosed[E.FINISH] == "stop"
+    [invalid] = unclosed["invalid_tool_calls"]
+    assert invalid["function"]["name"] == "calculate" and "not closed" in invalid["error"]
+
