@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Train the embedded default again and pack it (docs/TRAINING.md §4): one run of 3,200 steps in
+# four phases, each carried on from the last with other drills (`train-tiny --continue-from`).
+#
+#   scripts/train_default.sh [RUNS_DIR] [BUNDLE_DIR]
+#       RUNS_DIR    where the phases' run directories go (default runs/tiny-default)
+#       BUNDLE_DIR  where the packed model goes (default sglang_ds41/assets/tiny-trained)
+#       THREADS     torch threads (default 2, this machine's cores; the shipped run used 2, and
+#                   1 beside another job for steps 1,900-2,200)
+#
+# Interrupted, run it again: a phase that has begun resumes from its last save (every 50 steps).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-runs/tiny-default}
+BUNDLE=${2:-sglang_ds41/assets/tiny-trained}
+TRAIN=("${VENV:-.venv}/bin/sglang-ds41" train-tiny --threads "${THREADS:-2}")
+
+# phase NAME UNTIL SOURCE [FLAGS...]: train RUNS/NAME to step UNTIL, from scratch (no SOURCE) or
+# carried on from RUNS/SOURCE with FLAGS; a run already begun resumes with its own settings.
+phase() {
+    local name=$1 until=$2 source=$3
+    shift 3
+    if [[ -e "$RUNS/$name/settings.json" ]]; then
+        "${TRAIN[@]}" "$RUNS/$name" --until "$until"
+    elif [[ -z "$source" ]]; then
+        "${TRAIN[@]}" "$RUNS/$name" --until "$until" "$@"
+    else
+        "${TRAIN[@]}" "$RUNS/$name" --continue-from "$RUNS/$source" --until "$until" "$@"
+    fi
+}
+
+# 1. Spelling drills only, at 1e-3 (the rate where the copying circuit forms): the
+#    space-free spelling of the vocabulary's capitalised words, each word right before its spelling.
+phase 1-spell 500 "" --lr 1e-3 --steps 3000 --drill-warmup 3000 --spelling-drills 1.0 \
+    --spelling-gap 0 --vocabulary-names 0.5
+# 2. The same words found from up to 12 words back, after up to 12 others, with up to 3 more pieces.
+phase 2-reach 1600 1-spell --spelling-lead 12 --spelling-gap 12 --spelling-tail 3
+# 3. ... from up to 48 words back.
+phase 3-far 1900 2-reach --spelling-gap 48
+# 4. The corpus, each batch with half as many drill tokens again: half spelling, half name
+#    drills (the corpus's call turns with drilled words as names); the schedule now 5,000 long.
+phase 4-corpus 3200 3-far --steps 5000 --drill-warmup 1900 --drill-share 0.5 --spelling-drills 0.5 \
+    --name-drills 0.5
+"${TRAIN[@]}" "$RUNS/4-corpus" --until 3200 --bundle "$BUNDLE"
