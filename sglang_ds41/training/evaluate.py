@@ -36,10 +36,14 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .corpus import tasks as T
 from .corpus.pools import HELD_OUT, Pools
+
+if TYPE_CHECKING:
+    from sglang_ds41.encoding.conversation import ParsingOptions
+    from sglang_ds41.plugin.serving.served_output import ServedCall
 
 KINDS = ("call", "answer", "json", "short")
 FINISH = "finish_reason"  # the completers' key for why a turn ended, beside the message fields
@@ -306,10 +310,11 @@ class ReferenceCompleter:
         return served_message(ids, rendered.parsing, body.get("tools"))
 
 
-def served_message(ids: list[int], parsing, tools: Any = None) -> dict[str, Any]:
+def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -> dict[str, Any]:
     """Output ids (EOS last if the turn ended) as the server's chat message: its parse
     (`ServedOutput`, tolerant, the request's `tools` for unwrapping), malformed calls as
-    `invalid_tool_calls`, and its finish reason."""
+    `invalid_tool_calls`, and its finish reason (`tool_calls` for an ended turn with a call;
+    a turn cut at the token limit stays `length`, calls or not)."""
     import dataclasses
 
     from sglang_ds41.assets import v41_tokenizer
@@ -329,13 +334,12 @@ def served_message(ids: list[int], parsing, tools: Any = None) -> dict[str, Any]
     if step.calls:
         message["tool_calls"] = [_served_call(call) for call in step.calls]
     if step.invalid_calls:
-        message["invalid_tool_calls"] = [
-            _served_call(call) | {"error": "; ".join(call.problems)} for call in step.invalid_calls
-        ]
-    return message | {FINISH: "tool_calls" if step.calls else "stop" if ended else "length"}
+        invalid = [_served_call(call) | {"error": call.error} for call in step.invalid_calls]
+        message["invalid_tool_calls"] = invalid
+    return message | {FINISH: "length" if not ended else "tool_calls" if step.calls else "stop"}
 
 
-def _served_call(call) -> dict[str, Any]:
+def _served_call(call: ServedCall) -> dict[str, Any]:
     return {"id": f"call_{call.position:02d}", "type": "function",
             "function": {"name": call.name, "arguments": call.arguments}}  # fmt: skip
 

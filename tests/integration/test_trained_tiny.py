@@ -136,6 +136,7 @@ def test_the_server_writes_the_reference_models_greedy_answer(server):
             assert (got.get(field) or "") == (want.get(field) or ""), field
         assert evaluate.calls_of(got) == evaluate.calls_of(want)
         assert _malformed(got) == _malformed(want)
+        assert got[evaluate.FINISH] == want[evaluate.FINISH]
 
 
 def _malformed(message: dict) -> list[tuple[str, str]]:

@@ -72,3 +72,5 @@ def test_the_reference_models_output_is_read_as_the_server_reads_it():
     [invalid] = unclosed["invalid_tool_calls"]
     assert invalid["function"]["name"] == "calculate" and "not closed" in invalid["error"]
 
+    cut = E.served_message(whole[:-1], tools)  # the whole call, then the token limit: no EOS
+    assert cut[E.FINISH] == "length"  # as the server says: a turn cut off has not ended
