@@ -5,15 +5,16 @@
 #   scripts/train_default.sh [RUNS_DIR] [BUNDLE_DIR]
 #       RUNS_DIR    where the phases' run directories go (default runs/tiny-default)
 #       BUNDLE_DIR  where the packed model goes (default sglang_ds41/assets/tiny-trained)
-#       THREADS     torch threads (default 2, this machine's cores; the shipped run used 2, and
-#                   1 beside another job for steps 1,900-2,200)
+#   environment: THREADS  torch threads (default 2, this machine's cores; the shipped run used
+#                         2, and 1 beside another job for its steps 1,900-2,200)
+#                VENV     the environment scripts/setup.sh made (default .venv)
 #
 # Interrupted, run it again: a phase that has begun resumes from its last save (every 50 steps).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-RUNS=${1:-runs/tiny-default}
-BUNDLE=${2:-sglang_ds41/assets/tiny-trained}
-TRAIN=("${VENV:-.venv}/bin/sglang-ds41" train-tiny --threads "${THREADS:-2}")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=$(realpath -m "${1:-$ROOT/runs/tiny-default}")
+BUNDLE=$(realpath -m "${2:-$ROOT/sglang_ds41/assets/tiny-trained}")
+TRAIN=("${VENV:-$ROOT/.venv}/bin/sglang-ds41" train-tiny --threads "${THREADS:-2}")
 
 # phase NAME UNTIL SOURCE [FLAGS...]: train RUNS/NAME to step UNTIL, from scratch (no SOURCE) or
 # carried on from RUNS/SOURCE with FLAGS; a run already begun resumes with its own settings.

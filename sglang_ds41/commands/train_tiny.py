@@ -161,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"train-tiny: resuming {run_dir} at step {run.step} of {run.settings.steps}")
     else:
         run = Run.create(run_dir, dataclasses.replace(Settings(), **given))
+    if args.until is not None and args.until < run.step:
+        raise Ds41Error(f"{run_dir} is at step {run.step}, past --until {args.until}")
     run.train(until=args.until)
     if run.step < run.settings.steps:
         print(f"train-tiny: stopped at step {run.step} of {run.settings.steps} (--until)")

@@ -52,8 +52,9 @@ def export(run: Run, out_dir: str | Path, variant: str = "base", engram: str = "
 
 def ship(run: Run, bundle_dir: str | Path) -> Path:
     """Pack the run's model for the package (`checkpoint.trained`): its base tensors, its
-    config, and what produced it (settings, steps, time, losses; from progress.jsonl). A
-    continued run's time is its own (`train_seconds`) and its lineage's (`lineage_train_seconds`)."""
+    config, and what produced it (the command with its run directory as RUN_DIR, settings,
+    steps, time, tokens, losses; from progress.jsonl). Of a continued run, the tokens, losses
+    and `train_seconds` are its own phase's; `lineage_train_seconds` counts every phase's steps."""
     import dataclasses
     import sys
 
@@ -61,22 +62,28 @@ def ship(run: Run, bundle_dir: str | Path) -> Path:
     from sglang_ds41.checkpoint.trained import write_bundle
 
     overrides: dict[str, Any] = {**TRAINED_TEXT, **run.settings.text}
-    steps = run.progress()
-    last = steps[-50:]
+    records = run.progress()
+    last = records[-50:]
+    command = None
+    if sys.argv[1:2] == ["train-tiny"]:
+        given = ("RUN_DIR" if _same_path(a, run.dir) else a for a in sys.argv[2:])
+        command = " ".join(["sglang-ds41", "train-tiny", *given])
     training = {
-        "command": "sglang-ds41 train-tiny RUN_DIR " + " ".join(sys.argv[3:])
-        if sys.argv[1:2] == ["train-tiny"]
-        else None,
+        "command": command,
         "settings": dataclasses.asdict(run.settings),
         "steps": run.step,
-        "train_seconds": round(sum(s["s"] for s in steps), 1),
+        "train_seconds": round(sum(r["s"] for r in records), 1),
         "lineage_train_seconds": round(run.lineage_seconds(), 1),
-        "tokens": sum(s["tokens"] for s in steps),
-        "learnt_tokens": sum(s["learnt"] for s in steps),
-        "final_loss_mean_last_50": round(sum(s["loss"] for s in last) / max(1, len(last)), 4),
+        "tokens": sum(r["tokens"] for r in records),
+        "learnt_tokens": sum(r["learnt"] for r in records),
+        "final_loss_mean_last_50": round(sum(r["loss"] for r in last) / max(1, len(last)), 4),
         "vocabulary_rows": int(run.vocab.active.sum()),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }
     tensors = base_tensors(run.settings.seed, overrides, dense_weights(run.model, run.tables))
     return write_bundle(bundle_dir, tensors, tiny_config("base", "fp8", overrides), training)
+
+
+def _same_path(argument: str, path: Path) -> bool:
+    return Path(argument).resolve() == path.resolve()

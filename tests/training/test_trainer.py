@@ -142,9 +142,12 @@ def test_train_tiny_until_ends_a_phase_that_a_continuation_carries_on(tmp_path, 
     phase = Run.resume(tmp_path / "a")
     assert phase.step == 2 and phase.settings.steps == 6  # stopped; its schedule still 6 steps long
     assert "stopped at step 2 of 6" in capsys.readouterr().out
+    assert cli.main(["train-tiny", str(tmp_path / "a"), "--until", "1", "--export", str(tmp_path / "x")]) == 2
+    assert "is at step 2, past --until 1" in capsys.readouterr().err  # never packed at another step
+    assert not (tmp_path / "x").exists()
 
 
-def test_a_bundle_of_a_continued_phase_records_the_whole_lineages_time(tmp_path):
+def test_a_bundle_of_a_continued_phase_records_the_whole_lineages_time(tmp_path, monkeypatch):
     """A shipped model can be a phase's end (`--until` with `--bundle`); its record counts the
     seconds of every step behind it once, its sources' included, even where a stopped run's log
     ran past its last save and the resumed run did those steps again."""
@@ -162,10 +165,13 @@ def test_a_bundle_of_a_continued_phase_records_the_whole_lineages_time(tmp_path)
     source_seconds = sum(r["s"] for r in done)
     assert [r["step"] for r in done] == [1, 2, 3] and source_seconds < 1000.0
 
-    argv = ["train-tiny", str(tmp_path / "b"), "--continue-from", str(tmp_path / "a"), "--steps", "8",
-            "--until", "5", "--threads", "1", "--bundle", str(tmp_path / "bundle")]  # fmt: skip
+    argv = ["train-tiny", "--threads", "1", str(tmp_path / "b"), "--continue-from", str(tmp_path / "a"),
+            "--steps", "8", "--until", "5", "--bundle", str(tmp_path / "bundle")]  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["sglang-ds41", *argv])  # as the console script sees it
     assert cli.main(argv) == 0
     record = json.loads((tmp_path / "bundle" / TRAINING_FILE).read_text())
+    written = ["sglang-ds41", *("RUN_DIR" if a == str(tmp_path / "b") else a for a in argv)]
+    assert record["command"] == " ".join(written)
     own = [json.loads(line)["s"] for line in (tmp_path / "b" / PROGRESS_FILE).read_text().splitlines()]
     assert record["steps"] == 5 and record["settings"]["steps"] == 8 and len(own) == 2
     assert record["settings"]["continued_from"]["train_seconds"] == pytest.approx(source_seconds, abs=0.1)
