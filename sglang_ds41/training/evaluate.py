@@ -313,14 +313,13 @@ class ReferenceCompleter:
 def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -> dict[str, Any]:
     """Output ids (EOS last if the turn ended) as the server's chat message: its parse
     (`ServedOutput`, tolerant, the request's `tools` for unwrapping), malformed calls as
-    `invalid_tool_calls`, and its finish reason (`tool_calls` for an ended turn with a call;
-    a turn cut at the token limit stays `length`, calls or not)."""
+    `invalid_tool_calls`, and its finish reason by the server's rule (`served_finish_reason`)."""
     import dataclasses
 
     from sglang_ds41.assets import v41_tokenizer
     from sglang_ds41.encoding import wrapped_arguments
     from sglang_ds41.encoding.special_tokens import Special
-    from sglang_ds41.plugin.serving.served_output import ServedOutput
+    from sglang_ds41.plugin.serving.served_output import ServedOutput, served_finish_reason
 
     ended = bool(ids) and ids[-1] == Special.EOS.id
     output = ServedOutput(
@@ -328,7 +327,8 @@ def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -
         tokenizer=v41_tokenizer(),
         declared=wrapped_arguments.declared_parameters(tools),
     )
-    step = output.finish(ids, "stop" if ended else "length", Special.EOS.id if ended else None)
+    engine_reason = "stop" if ended else "length"
+    step = output.finish(ids, engine_reason, Special.EOS.id if ended else None)
     message: dict[str, Any] = {"role": "assistant", "content": step.content}
     message["reasoning_content"] = step.reasoning
     if step.calls:
@@ -336,7 +336,7 @@ def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -
     if step.invalid_calls:
         invalid = [_served_call(call) | {"error": call.error} for call in step.invalid_calls]
         message["invalid_tool_calls"] = invalid
-    return message | {FINISH: "length" if not ended else "tool_calls" if step.calls else "stop"}
+    return message | {FINISH: served_finish_reason(engine_reason, step)}
 
 
 def _served_call(call: ServedCall) -> dict[str, Any]:

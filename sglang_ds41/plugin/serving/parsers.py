@@ -60,7 +60,7 @@ from starlette.responses import Response
 
 from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
-from sglang_ds41.plugin.serving.served_output import ServedCall, ServedOutput, Step
+from sglang_ds41.plugin.serving.served_output import ServedCall, ServedOutput, Step, served_finish_reason
 
 MODULE = "sglang.srt.entrypoints.openai.serving_deepseek_recipe"
 ADAPTER = f"{MODULE}.DeepSeekRecipeChatEncodingAdapter"
@@ -217,8 +217,9 @@ def parse_chat_response(original, self, **kwargs):
     collected = _COLLECTED.get()
     if collected is not None:
         collected.append((_invalid_entries(self, step.invalid_calls, 0, history), _repairs(step.calls, 0)))
-    if step.calls and finish_reason["type"] == "stop":
-        finish_reason = {**finish_reason, "type": "tool_calls", "matched": None}
+    reason = served_finish_reason(finish_reason["type"], step)
+    if reason != finish_reason["type"]:
+        finish_reason = {**finish_reason, "type": reason, "matched": None}
     tool_calls = _tool_calls(self, step.calls, 0, history) or None
     return step.reasoning or None, step.content, tool_calls, finish_reason
 

@@ -83,6 +83,12 @@ class Step:
     invalid_calls: list[ServedCall] = field(default_factory=list)
 
 
+def served_finish_reason(engine_reason: str, step: Step) -> str:
+    """The choice's `finish_reason` from the engine's: `tool_calls` when the turn stopped with a
+    valid call; a turn cut at the token limit stays `length`, calls or not (OpenAI's rule)."""
+    return "tool_calls" if step.calls and engine_reason == "stop" else engine_reason
+
+
 class ServedOutput:
     """The parse of one choice, fed the engine's output ids.
 
