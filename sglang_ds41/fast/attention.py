@@ -33,7 +33,7 @@ from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.indexer import Indexer, visible_counts
 from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
-from sglang_ds41.model.selection import picks_every_entry, small_rows_in_id_order
+from sglang_ds41.model.selection import picks_every_entry
 
 from . import quant, selection
 from .jit import compiled, compiles, numpy_of
@@ -133,7 +133,6 @@ def index(
     picked, kept = selection.select_block(
         scores, n_visible, first, attn.index_topk, attn.index_width(chunks), publish, restrict
     )
-    picked, kept = small_rows_in_id_order(picked, kept, n_visible, first, attn.index_topk, publish, restrict)
     return attn.publish(published, picked, kept)
 
 

@@ -17,12 +17,21 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from sglang_ds41.model.selection import Candidates, select_rows
+from sglang_ds41.model.selection import Candidates, scan_rows
 
 from .jit import compiled, compiles, numpy_of
 
-# Up to this many picks, insertion into a sorted run beats partition + sort.
+# Up to this many picks, insertion into a sorted run beats sorting every value.
 SMALL_TOP = 16
+# The radix sort's digit: 8 bits, 4 passes over a float32 score's key, 8 over a float64 one
+# (a pass whose digit is the same in every key is skipped).
+_DIGIT_BITS = 8
+# Where m of n values are wanted, m < 0.8 n: the key bits that bucket them first (sign, exponent
+# and 3 mantissa bits of a float32), so only the buckets up to the m-th value's are sorted.
+_TOP_BITS = 12
+_SIGN32 = np.uint64(1) << np.uint64(31)
+_LOW32 = (np.uint64(1) << np.uint64(32)) - np.uint64(1)
+_SIGN64 = np.uint64(1) << np.uint64(63)
 
 
 @compiled
@@ -43,31 +52,91 @@ def _stable_top(values, m, out):
             out[j] = i
             c = min(c + 1, m)
         return c
-    if m >= n:
-        order = np.argsort(-values, kind="mergesort")
-        out[:n] = order
-        return n
-    kth = np.partition(values, n - m)[n - m]  # the m-th largest
-    above = 0
+    keys, digits = _descending_keys(values)
+    ids = np.arange(n)
+    if 5 * m < 4 * n:  # sort only the keys whose top bits place them at or before the m-th
+        shift = np.uint64(digits * _DIGIT_BITS - _TOP_BITS)
+        counts = np.zeros(1 << _TOP_BITS, np.int64)
+        for i in range(n):
+            counts[np.intp(keys[i] >> shift)] += 1
+        last, total = 0, counts[0]
+        while total < m:
+            last += 1
+            total += counts[last]
+        kept = 0
+        for i in range(n):  # in id order: ties stay in it
+            if np.intp(keys[i] >> shift) <= last:
+                keys[kept], ids[kept] = keys[i], i
+                kept += 1
+        keys, ids = keys[:kept], ids[:kept]
+    order = _radix_order(keys, digits)
+    taken = min(m, n)
+    for j in range(taken):
+        out[j] = ids[order[j]]
+    return taken
+
+
+@compiled
+def _descending_keys(values):
+    """Unsigned keys of values [n] that order them largest first (a float's bits made
+    order-preserving; -0.0 ties with 0.0), and their width in radix digits."""
+    n = values.shape[0]
+    keys = np.empty(n, np.uint64)
+    if values.itemsize == 4:
+        canonical32 = np.empty(n, np.float32)
+        for i in range(n):
+            canonical32[i] = values[i] + np.float32(0.0)  # -0.0 + 0.0 = 0.0
+        bits32 = canonical32.view(np.uint32)
+        for i in range(n):
+            b = np.uint64(bits32[i])
+            ascending = (~b & _LOW32) if b & _SIGN32 else b | _SIGN32  # float order as unsigned
+            keys[i] = ~ascending & _LOW32  # largest value first
+        digits = 32 // _DIGIT_BITS
+    else:
+        canonical = np.empty(n, np.float64)
+        for i in range(n):
+            canonical[i] = values[i] + 0.0
+        bits = canonical.view(np.uint64)
+        for i in range(n):
+            b = bits[i]
+            ascending = ~b if b & _SIGN64 else b | _SIGN64
+            keys[i] = ~ascending
+        digits = 64 // _DIGIT_BITS
+    return keys, digits
+
+
+@compiled
+def _radix_order(keys, digits):
+    """The positions of keys [n] in ascending order, equal keys in position order: an LSD radix
+    sort, `digits` passes (stable; no data-dependent branches, which partition and merge sort
+    mispredict on scores)."""
+    n = keys.shape[0]
+    radix = 1 << _DIGIT_BITS
+    mask = np.uint64(radix - 1)
+    counts = np.zeros((digits, radix), np.int64)
     for i in range(n):
-        if values[i] > kth:
-            above += 1
-    ties = m - above
-    chosen = np.empty(m, np.int64)
-    c = 0
-    for i in range(n):
-        v = values[i]
-        if v > kth:
-            chosen[c] = i
-            c += 1
-        elif v == kth and ties > 0:
-            chosen[c] = i
-            c += 1
-            ties -= 1
-    order = np.argsort(-values[chosen], kind="mergesort")  # chosen is in id order: stable
-    for j in range(m):
-        out[j] = chosen[order[j]]
-    return m
+        key = keys[i]
+        for d in range(digits):
+            counts[d, np.intp((key >> np.uint64(d * _DIGIT_BITS)) & mask)] += 1
+    order = np.arange(n)
+    spare_keys, spare_order = np.empty(n, np.uint64), np.empty(n, np.int64)
+    starts = np.empty(radix, np.int64)
+    for d in range(digits):
+        if counts[d].max() == n:  # one digit value everywhere: the pass keeps the order
+            continue
+        total = 0
+        for v in range(radix):
+            starts[v] = total
+            total += counts[d, v]
+        shift = np.uint64(d * _DIGIT_BITS)
+        for i in range(n):
+            digit = np.intp((keys[i] >> shift) & mask)
+            at = starts[digit]
+            starts[digit] = at + 1
+            spare_keys[at], spare_order[at] = keys[i], order[i]
+        keys, spare_keys = spare_keys, keys
+        order, spare_order = spare_order, order
+    return order
 
 
 @compiled
@@ -75,21 +144,28 @@ def _select(scores, n_visible, first, k, size, keep, allowed, allowed_size, pick
     """Each row r of scores [R, C]: entries >= n_visible[r] masked; with keep > 0 its best
     `keep` blocks of `size` entries (its newest visible block forced in) into kept [R, keep];
     with allowed [R, A] (allowed_size > 0) entries outside those blocks masked; its best k
-    entries, offset by first[r], into picked [R, width]. -1 fills both."""
+    entries, offset by first[r], into picked [R, width]. -1 fills both. A row that sees at most
+    k entries (at most `keep` blocks) takes all of them in id order, unscored
+    (`small_rows_in_id_order`)."""
     rows, cols = scores.shape
     inf = np.inf
     n_blocks = -(-cols // size) if keep > 0 else 0
     masked = np.empty(cols, scores.dtype)
     block = np.empty(n_blocks, scores.dtype)
+    inside = np.empty(-(-cols // allowed_size) if allowed_size > 0 else 0, np.bool_)  # per allowed-size block
     ids = np.empty(max(cols, n_blocks), np.int64)
+    entry = np.empty(cols if allowed_size > 0 else 0, np.int64)  # an allowed entry's id
     picked[:] = -1
     kept[:] = -1
     for r in range(rows):
         nv = min(n_visible[r], cols)  # entries past it score -inf: never picked, never kept
-        for c in range(nv):
-            masked[c] = scores[r, c]
-        if keep > 0:
-            row_blocks = -(-nv // size)
+        row_blocks = -(-nv // size)
+        scored_blocks = keep > 0 and row_blocks > keep
+        scored_picks = nv > k
+        if scored_blocks or scored_picks:
+            for c in range(nv):
+                masked[c] = scores[r, c]
+        if scored_blocks:
             for b in range(row_blocks):
                 best = -inf
                 for c in range(b * size, min(nv, (b + 1) * size)):
@@ -100,17 +176,38 @@ def _select(scores, n_visible, first, k, size, keep, allowed, allowed_size, pick
             for j in range(_stable_top(block[:row_blocks], keep, ids)):
                 if block[ids[j]] != -inf:
                     kept[r, j] = ids[j]
+        elif keep > 0:  # every visible block, in id order
+            for b in range(row_blocks):
+                kept[r, b] = b
         if allowed_size > 0:
+            for b in range(-(-nv // allowed_size)):
+                inside[b] = _inside(allowed, r, b)
+        if not scored_picks:  # every visible entry of the allowed blocks, in id order
+            j = 0
             for c in range(nv):
-                inside = False
-                for a in range(allowed.shape[1]):
-                    if allowed[r, a] == c // allowed_size:
-                        inside = True
-                if not inside:
-                    masked[c] = -inf
-        for j in range(_stable_top(masked[:nv], k, ids)):
+                if allowed_size == 0 or inside[c // allowed_size]:
+                    picked[r, j] = c + first[r]
+                    j += 1
+            continue
+        n = nv
+        if allowed_size > 0:  # only the entries of the allowed blocks compete, in id order
+            n = 0
+            for c in range(nv):
+                if inside[c // allowed_size]:
+                    masked[n], entry[n] = masked[c], c
+                    n += 1
+        for j in range(_stable_top(masked[:n], k, ids)):
             if masked[ids[j]] != -inf:
-                picked[r, j] = ids[j] + first[r]
+                picked[r, j] = (ids[j] if allowed_size == 0 else entry[ids[j]]) + first[r]
+
+
+@compiled
+def _inside(allowed, r, block):
+    """Whether `block` is one of row r's allowed blocks."""
+    for a in range(allowed.shape[1]):  # noqa: SIM110 (a compiled loop: no generators)
+        if allowed[r, a] == block:
+            return True
+    return False
 
 
 def takes(scores: torch.Tensor) -> bool:
@@ -127,7 +224,7 @@ def select_block(
     publish: Candidates | None = None,
     allowed: tuple[torch.Tensor, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`select_rows` of scores [R, C] given at once (C >= every n_visible), its entry ids offset
+    """`scan_rows` of scores [R, C] given at once (C >= every n_visible), its entry ids offset
     by `first` [R] (a row's first entry row; -1 stays -1): (ids [R, width], kept blocks
     [R, publish.keep] or None)."""
     rows = scores.shape[0]
@@ -152,13 +249,13 @@ def scan(
     publish: Candidates | None = None,
     allowed: tuple[torch.Tensor, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`select_rows(score, n_visible, k, width, column_block, publish, allowed)`: one block of
+    """`scan_rows(score, n_visible, k, width, column_block, publish, allowed)`: one block of
     scores and the compiled selection when the block holds every row's entries."""
     n_cols = int(n_visible.max()) if n_visible.numel() else 0
     if n_cols == 0 or n_cols > column_block:
-        return select_rows(score, n_visible, k, width, column_block, publish, allowed)
+        return scan_rows(score, n_visible, k, width, column_block, publish, allowed)
     scores = score(0, n_cols)
     if not takes(scores):
         block = lambda c0, c1: scores[:, c0:c1]  # noqa: E731
-        return select_rows(block, n_visible, k, width, column_block, publish, allowed)
+        return scan_rows(block, n_visible, k, width, column_block, publish, allowed)
     return select_block(scores, n_visible, torch.zeros_like(n_visible), k, width, publish, allowed)

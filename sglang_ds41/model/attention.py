@@ -41,7 +41,7 @@ from .indexer import Indexer, visible_counts
 from .norm import RMSNorm, upcast
 from .roles import LayerRole, consumes_candidates, index_source, kv_source, layer_role
 from .rope import RotaryEmbedding
-from .selection import Candidates, every_entry, picks_every_entry, select_rows, small_rows_in_id_order
+from .selection import Candidates, every_entry, picks_every_entry, scan_rows
 
 # Bounds of one indexer block: about ROW_BLOCK query rows; its scores [rows, heads, entries] and
 # keys [requests, entries, index_head_dim] within SCORE_BLOCK floats each (16 MiB in fp32). The
@@ -341,13 +341,13 @@ class Attention(nn.Module):
         view: StateView,
         published: Published,
         queries: Queries | None = None,
-        scan: Callable = select_rows,
+        scan: Callable = scan_rows,
     ) -> torch.Tensor:
         """This index source's top-k: entry rows [T, min(k, most entries)] (-1 = none), from
         scores of bounded blocks of entries (`selection.py`), or every visible entry unscored
         when no token sees more than k; publishes it, and the candidate blocks on the
         candidate source. `queries`, `scan`: the backend's fast paths of
-        `Indexer.queries` and `select_rows` (`fast.attention`, `fast.selection`)."""
+        `Indexer.queries` and `scan_rows` (`fast.attention`, `fast.selection`)."""
         positions = chunks.positions.to(x.device)
         n_visible = visible_counts(positions, self.ratio)  # [T]
         counts, first = chunks.entry_counts(self.ratio), chunks.entry_offsets(self.ratio)[:-1]
@@ -373,9 +373,6 @@ class Attention(nn.Module):
             picked[rows[real]] = torch.where(ids >= 0, ids + first[requests, None, None], -1)[real]
             if kept is not None:
                 kept[rows[real]] = blocks.view(*rows.shape, -1)[real]
-        picked, kept = small_rows_in_id_order(
-            picked, kept, n_visible, first[chunks.request], self.index_topk, publish, within
-        )
         return self.publish(published, picked, kept)
 
     def index_width(self, chunks: Chunks) -> int:

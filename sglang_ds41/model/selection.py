@@ -148,13 +148,37 @@ def small_rows_in_id_order(
     entries (at most `publish.keep` blocks) put in `every_entry`'s order: a row's picks then do
     not depend on whether its forward scored (some row saw more) or not."""
     small = n_visible <= k
-    if not bool(small.any()):
-        return picked, kept
-    every, every_kept = every_entry(n_visible, first, picked.shape[1], publish, allowed)
-    picked = torch.where(small[:, None], every, picked)
     if publish is not None:
-        kept = torch.where((_blocks(n_visible, publish) <= publish.keep)[:, None], every_kept, kept)
+        small_blocks = _blocks(n_visible, publish) <= publish.keep
+        small = small | small_blocks
+    rows = small.nonzero().flatten()
+    if not rows.numel():
+        return picked, kept
+    within = None if allowed is None else (allowed[0][rows], allowed[1])
+    every, every_kept = every_entry(n_visible[rows], first[rows], picked.shape[1], publish, within)
+    picked = picked.clone()
+    picked[rows] = torch.where((n_visible[rows] <= k)[:, None], every, picked[rows])
+    if publish is not None:
+        kept = kept.clone()
+        kept[rows] = torch.where(small_blocks[rows, None], every_kept, kept[rows])
     return picked, kept
+
+
+def scan_rows(
+    score: Callable[[int, int], torch.Tensor],
+    n_visible: torch.Tensor,
+    k: int,
+    width: int,
+    column_block: int,
+    publish: Candidates | None = None,
+    allowed: tuple[torch.Tensor, int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The selection an index source publishes for R query rows: `select_rows`, with the rows
+    that see at most k entries (at most `publish.keep` blocks) in `every_entry`'s order
+    (`small_rows_in_id_order`), so a row's picks do not depend on which rows were scored with it.
+    The compiled scan (`fast.selection.select_block`) gives the same in one pass."""
+    picked, kept = select_rows(score, n_visible, k, width, column_block, publish, allowed)
+    return small_rows_in_id_order(picked, kept, n_visible, torch.zeros_like(n_visible), k, publish, allowed)
 
 
 def _blocks(n_visible, publish: Candidates):

@@ -1,6 +1,7 @@
 """The compiled selection of one block of scores (`fast.selection.select_block`) against the
-oracle's scan (`model.selection.select_rows`), on scores full of ties and masked entries, with
-candidate blocks published and applied, and the oracle scanning in several column blocks."""
+oracle's scan (`model.selection.scan_rows`: the running top-k, then rows that see at most k
+entries in id order), on scores full of ties and masked entries, with candidate blocks
+published and applied, and the oracle scanning in several column blocks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from sglang_ds41.fast.selection import select_block
-from sglang_ds41.model.selection import Candidates, select_rows
+from sglang_ds41.model.selection import Candidates, scan_rows
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -29,10 +30,30 @@ def test_the_compiled_selection_equals_the_scan(seed):
         if trial % 3 == 0:  # kept block ids of a candidate source, -1 = none
             allowed = (torch.randint(-1, cols // 4 + 1, (rows, 3), generator=gen), 4)
         column_block = 8 if trial % 4 == 0 else 4096
-        want, want_kept = select_rows(
+        want, want_kept = scan_rows(
             lambda c0, c1, s=scores: s[:, c0:c1], n_visible, k, min(k, cols), column_block, publish, allowed
         )
         got, kept = select_block(scores, n_visible, first, k, min(k, cols), publish, allowed)
         assert torch.equal(got, torch.where(want >= 0, want + first[:, None], -1)), trial
         if publish is not None:
             assert torch.equal(kept, want_kept), trial
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [17, 1024, 3000])
+def test_long_rows_select_as_the_scan_does(dtype, k):
+    """Rows of thousands of entries (a long context's decode step, a long prefill): the
+    compiled top-k (its radix sort of the buckets up to the k-th value) against the scan, with
+    ties everywhere, 0.0 next to -0.0 (equal: ties to the lower id), -inf and +inf."""
+    gen = torch.Generator().manual_seed(k)
+    cols = 5000
+    scores = (torch.randint(-40, 40, (4, cols), generator=gen) / 8).to(dtype)
+    zeros = scores == 0
+    signs = torch.randint(0, 2, (int(zeros.sum()),), generator=gen)
+    scores[zeros] = torch.tensor([0.0, -0.0], dtype=dtype)[signs]
+    scores[0, ::97], scores[1, ::89] = float("inf"), float("-inf")
+    n_visible = torch.tensor([cols, cols - 7, 1500, k])
+    first = torch.tensor([0, 5000, 10000, 15000])
+    want, _ = scan_rows(lambda c0, c1: scores[:, c0:c1], n_visible, k, k, 4096)
+    got, _ = select_block(scores, n_visible, first, k, k)
+    assert torch.equal(got, torch.where(want >= 0, want + first[:, None], -1))

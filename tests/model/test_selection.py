@@ -20,7 +20,14 @@ from sglang_ds41.model.indexer import (
     stable_topk,
     visible_counts,
 )
-from sglang_ds41.model.selection import Candidates, RunningTopK, every_entry, picks_every_entry, select_rows
+from sglang_ds41.model.selection import (
+    Candidates,
+    RunningTopK,
+    every_entry,
+    picks_every_entry,
+    scan_rows,
+    select_rows,
+)
 
 INF = float("inf")
 
@@ -151,6 +158,39 @@ def test_every_entry_is_the_scans_set_where_rows_see_at_most_k(rows, k, size, ke
         assert torch.equal(mine, torch.sort(want[r][want[r] >= 0]).values + first[r]), r
         assert (got[r][mine.numel() :] == -1).all()
         assert sorted(kept[r][kept[r] >= 0].tolist()) == sorted(want_kept[r][want_kept[r] >= 0].tolist())
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    k=st.integers(1, 10),
+    size=st.integers(1, 4),
+    keep=st.integers(1, 3),
+    restricted=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_scan_gives_each_small_row_alone_its_every_entry_selection(rows, k, size, keep, restricted, seed):
+    """`scan_rows`: a row that sees more than k entries (more than `keep` blocks) keeps the
+    running top-k's picks (blocks); any other row gets `every_entry` of that row alone, so its
+    picks do not depend on the rows scanned with it."""
+    gen = torch.Generator().manual_seed(seed)
+    n_visible = torch.randint(0, 2 * max(k, keep * size) + 1, (rows,), generator=gen)
+    cols = max(int(n_visible.max()), 1)
+    scores = torch.randint(-2, 3, (rows, cols), generator=gen).double()
+    allowed = None
+    if restricted:
+        allowed = (torch.randint(-1, -(-cols // size), (rows, 2), generator=gen), size)
+    width, publish = min(k, cols), Candidates(size, keep)
+    score = lambda c0, c1: scores[:, c0:c1]  # noqa: E731
+    got, kept = scan_rows(score, n_visible, k, width, cols, publish, allowed)
+    scanned, scanned_kept = select_rows(score, n_visible, k, width, cols, publish, allowed)
+    for r in range(rows):
+        alone = None if allowed is None else (allowed[0][r : r + 1], size)
+        zero = torch.zeros(1, dtype=torch.int64)
+        every, every_kept = every_entry(n_visible[r : r + 1], zero, width, publish, alone)
+        assert torch.equal(got[r], every[0] if n_visible[r] <= k else scanned[r]), r
+        small_blocks = -(-int(n_visible[r]) // size) <= keep
+        assert torch.equal(kept[r], every_kept[0] if small_blocks else scanned_kept[r]), r
 
 
 def test_a_row_past_k_entries_needs_its_scores():
