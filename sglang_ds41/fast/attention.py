@@ -171,24 +171,54 @@ def attention(
     t, k = ids.shape
     if t < DENSE_ROWS // 4:
         return gathered_attention(q, pool, ids, sink, scale)
+    ids = ids.contiguous()
+    runs = torch.empty(-(-t // DENSE_ROWS), 4, dtype=torch.int64)  # per block: window lo, hi, entries lo, hi
+    _block_runs(numpy_of(ids), window, DENSE_ROWS, numpy_of(runs))
     out = torch.empty_like(q)
-    for t0 in range(0, t, DENSE_ROWS):
-        block, rows = ids[t0 : t0 + DENSE_ROWS], slice(t0, t0 + DENSE_ROWS)
-        runs = [_run(part) for part in (block[:, :window], block[:, window:]) if part.shape[1]]
-        width = sum(hi - lo for lo, hi in runs if hi > lo)
+    dtype = upcast(q).dtype
+    for block, (lo_w, hi_w, lo_e, hi_e) in enumerate(runs.tolist()):
+        r0, r1 = block * DENSE_ROWS, min(t, (block + 1) * DENSE_ROWS)
+        width = (hi_w - lo_w) + (hi_e - lo_e)
         if width == 0 or width > 4 * k:  # a token would use under a quarter of them: gather
-            out[rows] = gathered_attention(q[rows], pool, block, sink, scale)
+            out[r0:r1] = gathered_attention(q[r0:r1], pool, ids[r0:r1], sink, scale)
             continue
-        kv, columns, first = [], [], 0
-        for (lo, hi), part in zip(runs, (block[:, :window], block[:, window:]), strict=False):
-            if hi > lo:
-                kv.append(pool[lo:hi])
-                columns.append(torch.where(part >= 0, part - lo + first, width))
-                first += hi - lo
-            else:
-                columns.append(torch.full_like(part, width))
-        out[rows] = _union_attention(q[rows], torch.cat(kv), torch.cat(columns, dim=1), sink, scale)
+        mask = torch.empty(r1 - r0, width, dtype=dtype)
+        _union_mask(numpy_of(ids), r0, window, lo_w, lo_e, hi_w - lo_w, numpy_of(mask))
+        kv = torch.cat([pool[lo_w:hi_w], pool[lo_e:hi_e]])
+        out[r0:r1] = _union_attention(q[r0:r1], kv, mask, sink, scale)
     return out
+
+
+@compiled
+def _block_runs(ids, window, rows, runs):
+    """runs[b] = the pool rows [lo, hi) of the window ids, then of the entry ids, of each block
+    of `rows` rows of ids [T, K] (-1 = none; (0, 0) for a part without ids)."""
+    t, k = ids.shape
+    for b in range(runs.shape[0]):
+        lo_w, hi_w, lo_e, hi_e = np.iinfo(np.int64).max, -1, np.iinfo(np.int64).max, -1
+        for i in range(b * rows, min(t, (b + 1) * rows)):
+            for j in range(k):
+                v = ids[i, j]
+                if v < 0:
+                    continue
+                if j < window:
+                    lo_w, hi_w = min(lo_w, v), max(hi_w, v)
+                else:
+                    lo_e, hi_e = min(lo_e, v), max(hi_e, v)
+        runs[b, 0], runs[b, 1] = (lo_w, hi_w + 1) if hi_w >= 0 else (0, 0)
+        runs[b, 2], runs[b, 3] = (lo_e, hi_e + 1) if hi_e >= 0 else (0, 0)
+
+
+@compiled
+def _union_mask(ids, r0, window, lo_w, lo_e, n_window, mask):
+    """mask [R, U] for rows r0.. of ids: 0 at each row's ids (a window id at id - lo_w, an entry
+    id at n_window + id - lo_e), -inf elsewhere."""
+    for i in range(mask.shape[0]):
+        mask[i, :] = -np.inf
+        for j in range(ids.shape[1]):
+            v = ids[r0 + i, j]
+            if v >= 0:
+                mask[i, v - lo_w if j < window else n_window + v - lo_e] = 0.0
 
 
 @compiled
@@ -238,25 +268,13 @@ def gathered_attention(
     return out
 
 
-def _run(ids: torch.Tensor) -> tuple[int, int]:
-    """The pool rows [lo, hi) from the least to the largest id of `ids` (-1 = none)."""
-    hi = int(ids.max()) + 1
-    if hi <= 0:
-        return 0, 0
-    return int(torch.where(ids >= 0, ids, hi).min()), hi
-
-
 def _union_attention(
-    q: torch.Tensor, kv: torch.Tensor, columns: torch.Tensor, sink: torch.Tensor, scale: float
+    q: torch.Tensor, kv: torch.Tensor, mask: torch.Tensor, sink: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """q [T, H, Dh] over `kv` [U, Dh], each token only its `columns` [T, K] of it (U = none), ->
-    [T, H, Dh]: torch's fused CPU attention with the other columns masked, then the sink:
+    """q [T, H, Dh] over `kv` [U, Dh], each token only where its row of `mask` [T, U] is 0 (-inf
+    elsewhere), -> [T, H, Dh]: torch's fused CPU attention, then the sink:
     sum_j e^s_j v_j / (sum_j e^s_j + e^sink) = o * sigmoid(lse - sink)."""
-    t, h, _ = q.shape
-    u = kv.shape[0]
-    allowed = torch.zeros(t, u + 1, dtype=torch.bool).scatter_(1, columns, True)[:, :u]
-    dtype = upcast(q).dtype
-    mask = torch.zeros(t, u, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+    h, u, dtype = q.shape[1], kv.shape[0], mask.dtype
     kv = upcast(kv)[None, None].expand(1, h, u, -1)
     o, lse = _FLASH(upcast(q).transpose(0, 1)[None], kv, kv, attn_mask=mask[None, None], scale=scale)
     o = o[0] * torch.sigmoid(lse[0] - upcast(sink).to(dtype)[:, None])[..., None]  # [H, T, Dh]
