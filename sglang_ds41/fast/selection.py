@@ -1,4 +1,4 @@
-"""The indexer's selection (`model.selection.select_rows`, MODEL.md §4.5) of scores delivered
+"""The indexer's selection (`model.selection.scan_rows`, MODEL.md §4.5) of scores delivered
 in one block, as one compiled loop.
 
 A decode step's rows see at most a few thousand entries each, so their scores fit one column
@@ -7,7 +7,14 @@ block scores, candidate top-k, restriction, top-k, the tie-break of equal values
 the scores; a prefill block's rows fit one column block too up to ~4k entries, and there the
 running top-k's sorts of [rows, entries] dominate. Here each row is masked, its candidate
 blocks scored and picked, and its entries picked in one pass, with the oracle's rule: the
-largest values first, ties to the lower id, -inf never picked.
+largest values first, ties to the lower id, -inf never picked; a row that sees at most k
+entries takes them all in id order without a sort, as `scan_rows` publishes it.
+
+The top-k of a long row is a radix sort, not partition + merge sort (whose comparisons of
+scores mispredict: ~120 us for 1,024 of 4,000 entries): each score becomes an unsigned key
+with the float's order (-0.0 equal to 0.0), one pass buckets the keys by their top bits,
+and only the buckets up to the k-th key are sorted, by a stable LSD radix sort, so equal
+scores keep id order (~25 us).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from sglang_ds41.model.selection import Candidates, scan_rows
 
 from .jit import compiled, compiles, numpy_of
 
+# The most scores (rows x entries, 64 MiB in fp32) the compiled scan holds at once: a block of
+# 512 prefill rows over up to 32k entries; past it, the oracle's running top-k (bounded memory).
+WHOLE_ROWS = 1 << 24
 # Up to this many picks, insertion into a sorted run beats sorting every value.
 SMALL_TOP = 16
 # The radix sort's digit: 8 bits, 4 passes over a float32 score's key, 8 over a float64 one
@@ -249,12 +259,14 @@ def scan(
     publish: Candidates | None = None,
     allowed: tuple[torch.Tensor, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`scan_rows(score, n_visible, k, width, column_block, publish, allowed)`: one block of
-    scores and the compiled selection when the block holds every row's entries."""
+    """`scan_rows(score, n_visible, k, width, column_block, publish, allowed)`: the rows' scores
+    (column block after column block, as the oracle scores them, up to WHOLE_ROWS scores in all)
+    and the compiled selection over whole rows."""
     n_cols = int(n_visible.max()) if n_visible.numel() else 0
-    if n_cols == 0 or n_cols > column_block:
+    if n_cols == 0 or n_visible.numel() * n_cols > max(WHOLE_ROWS, n_visible.numel() * column_block):
         return scan_rows(score, n_visible, k, width, column_block, publish, allowed)
-    scores = score(0, n_cols)
+    blocks = [score(c0, min(c0 + column_block, n_cols)) for c0 in range(0, n_cols, column_block)]
+    scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
     if not takes(scores):
         block = lambda c0, c1: scores[:, c0:c1]  # noqa: E731
         return scan_rows(block, n_visible, k, width, column_block, publish, allowed)

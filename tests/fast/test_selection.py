@@ -57,3 +57,23 @@ def test_long_rows_select_as_the_scan_does(dtype, k):
     want, _ = scan_rows(lambda c0, c1: scores[:, c0:c1], n_visible, k, k, 4096)
     got, _ = select_block(scores, n_visible, first, k, k)
     assert torch.equal(got, torch.where(want >= 0, want + first[:, None], -1))
+
+
+def test_the_scan_selects_rows_longer_than_a_column_block_whole(monkeypatch):
+    """Rows past one column block: the compiled scan joins the blocks' scores and selects the
+    whole rows (counted), as the oracle's running top-k over the same blocks does."""
+    from sglang_ds41.fast import selection
+
+    calls = []
+    original = selection.select_block
+    monkeypatch.setattr(selection, "select_block", lambda *a: calls.append(1) or original(*a))
+    gen = torch.Generator().manual_seed(3)
+    scores = (torch.randint(-20, 20, (6, 700), generator=gen) / 4).float()
+    n_visible = torch.tensor([700, 650, 300, 20, 0, 699])
+    publish = Candidates(16, 5)
+    for k, allowed in ((40, None), (100, (torch.randint(-1, 44, (6, 5), generator=gen), 16))):
+        block = lambda c0, c1: scores[:, c0:c1]  # noqa: E731
+        want, want_kept = scan_rows(block, n_visible, k, k, 64, publish, allowed)
+        got, kept = selection.scan(block, n_visible, k, k, 64, publish, allowed)
+        assert torch.equal(got, want) and torch.equal(kept, want_kept)
+    assert len(calls) == 2
