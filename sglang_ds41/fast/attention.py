@@ -4,8 +4,8 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 * `project`: RMSNorm, RoPE and the KV fake-quantisers as compiled loops (`fast.rope`,
   `fast.quant`); the linears as they are.
 * `select`: the window rows as the oracle's; an index source scores with queries from the
-  compiled RoPE and quantiser, then the oracle's scan, or, in a decode step, one block of
-  scores and the selection as one compiled loop (`fast.selection`).
+  compiled RoPE and quantiser, and selects its rows' top-k in one compiled loop over their
+  whole rows of scores (`fast.selection`; past 2^24 scores, the oracle's bounded scan).
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
   decode-sized batch gathers each token's rows (`attention.sparse_attention`; when they are
   few, one compiled loop), a prefill block

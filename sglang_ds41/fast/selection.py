@@ -4,8 +4,8 @@ in one block, as one compiled loop.
 A decode step's rows see at most a few thousand entries each, so their scores fit one column
 block and the running top-k of `select_rows` merges a single block: its ~30 small ops (mask,
 block scores, candidate top-k, restriction, top-k, the tie-break of equal values) cost more than
-the scores; a prefill block's rows fit one column block too up to ~4k entries, and there the
-running top-k's sorts of [rows, entries] dominate. Here each row is masked, its candidate
+the scores; for a prefill block's rows the running top-k's sorts of [rows, entries] dominate.
+Here the column blocks' scores are joined (up to `WHOLE_ROWS`), and each row is masked, its candidate
 blocks scored and picked, and its entries picked in one pass, with the oracle's rule: the
 largest values first, ties to the lower id, -inf never picked; a row that sees at most k
 entries takes them all in id order without a sort, as `scan_rows` publishes it.
@@ -46,9 +46,11 @@ _SIGN64 = np.uint64(1) << np.uint64(63)
 
 @compiled
 def _stable_top(values, m, out):
-    """The ids of the min(m, n) largest of values [n], largest first, ties to the lower id,
-    written to out[:min(m, n)]; returns how many."""
+    """The ids of the min(m, n) largest of values [n] (finite or +-inf), largest first, ties to
+    the lower id, written to out[:min(m, n)]; returns how many."""
     n = values.shape[0]
+    if m <= 0:
+        return 0
     if m <= SMALL_TOP and m < n:  # insertion into the m best so far: no sort, no copy
         c = 0
         for i in range(n):
@@ -153,7 +155,7 @@ def _radix_order(keys, digits):
 def _select(scores, n_visible, first, k, size, keep, allowed, allowed_size, picked, kept):
     """Each row r of scores [R, C]: entries >= n_visible[r] masked; with keep > 0 its best
     `keep` blocks of `size` entries (its newest visible block forced in) into kept [R, keep];
-    with allowed [R, A] (allowed_size > 0) entries outside those blocks masked; its best k
+    with allowed [R, A] (allowed_size > 0) only the entries inside those blocks compete; its best k
     entries, offset by first[r], into picked [R, width]. -1 fills both. A row that sees at most
     k entries (at most `keep` blocks) takes all of them in id order, unscored
     (`small_rows_in_id_order`)."""
@@ -265,8 +267,13 @@ def scan(
     n_cols = int(n_visible.max()) if n_visible.numel() else 0
     if n_cols == 0 or n_visible.numel() * n_cols > max(WHOLE_ROWS, n_visible.numel() * column_block):
         return scan_rows(score, n_visible, k, width, column_block, publish, allowed)
-    blocks = [score(c0, min(c0 + column_block, n_cols)) for c0 in range(0, n_cols, column_block)]
-    scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+    scores = score(0, min(column_block, n_cols))
+    if n_cols > column_block:  # one buffer, block by block (never two copies of the rows)
+        block, scores = scores, scores.new_empty(scores.shape[0], n_cols)
+        scores[:, :column_block] = block
+        del block
+        for c0 in range(column_block, n_cols, column_block):
+            scores[:, c0 : min(c0 + column_block, n_cols)] = score(c0, min(c0 + column_block, n_cols))
     if not takes(scores):
         block = lambda c0, c1: scores[:, c0:c1]  # noqa: E731
         return scan_rows(block, n_visible, k, width, column_block, publish, allowed)

@@ -16,6 +16,11 @@ against every entry at once costs `[T, heads, N]` floats, which grows with chunk
 
 Scores of entries a row may not see are -inf, as in the dense form; columns no row of the call
 sees are never scored.
+
+What an index source publishes is `scan_rows`: that selection, with every row that sees at most
+k entries taking all of them in id order (`every_entry`), whatever the scores; the attention
+sums over the set, so only the rounding depends on the order, and this way it does not depend
+on which rows were scored together.
 """
 
 from __future__ import annotations
@@ -145,8 +150,9 @@ def small_rows_in_id_order(
     allowed: tuple[torch.Tensor, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A scan's selection (`picked` offset by `first`, `kept`) with the rows that see at most k
-    entries (at most `publish.keep` blocks) put in `every_entry`'s order: a row's picks then do
-    not depend on whether its forward scored (some row saw more) or not."""
+    entries put in `every_entry`'s order, and the kept blocks of the rows that see at most
+    `publish.keep` blocks in block order: a row's picks and blocks then do not depend on whether
+    its forward scored (some row saw more) or not, nor on which rows were scanned with it."""
     small = n_visible <= k
     if publish is not None:
         small_blocks = _blocks(n_visible, publish) <= publish.keep

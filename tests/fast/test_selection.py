@@ -39,12 +39,15 @@ def test_the_compiled_selection_equals_the_scan(seed):
             assert torch.equal(kept, want_kept), trial
 
 
+@pytest.mark.parametrize("rule", ["plain", "publish", "allowed"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("k", [17, 1024, 3000])
-def test_long_rows_select_as_the_scan_does(dtype, k):
+def test_long_rows_select_as_the_scan_does(dtype, k, rule):
     """Rows of thousands of entries (a long context's decode step, a long prefill): the
-    compiled top-k (its radix sort of the buckets up to the k-th value) against the scan, with
-    ties everywhere, 0.0 next to -0.0 (equal: ties to the lower id), -inf and +inf."""
+    compiled top-k (its radix sort of the buckets up to the k-th value; of 40 of ~600 candidate
+    blocks too) against the scan, with ties everywhere, 0.0 next to -0.0 (equal: ties to the
+    lower id), -inf and +inf, a row with k just under its entries, and a consumer's allowed
+    blocks."""
     gen = torch.Generator().manual_seed(k)
     cols = 5000
     scores = (torch.randint(-40, 40, (4, cols), generator=gen) / 8).to(dtype)
@@ -52,11 +55,18 @@ def test_long_rows_select_as_the_scan_does(dtype, k):
     signs = torch.randint(0, 2, (int(zeros.sum()),), generator=gen)
     scores[zeros] = torch.tensor([0.0, -0.0], dtype=dtype)[signs]
     scores[0, ::97], scores[1, ::89] = float("inf"), float("-inf")
-    n_visible = torch.tensor([cols, cols - 7, 1500, k])
-    first = torch.tensor([0, 5000, 10000, 15000])
-    want, _ = scan_rows(lambda c0, c1: scores[:, c0:c1], n_visible, k, k, 4096)
-    got, _ = select_block(scores, n_visible, first, k, k)
+    n_visible = torch.tensor([cols, cols - 7, 1500, k, k * 10 // 9])
+    scores = torch.cat([scores, scores[:1]])
+    first = torch.tensor([0, 5000, 10000, 15000, 20000])
+    publish = Candidates(8, 40) if rule == "publish" else None
+    allowed = None
+    if rule == "allowed":  # 300 of the 625 blocks of 8 entries, -1 = none
+        allowed = (torch.randint(-1, 625, (5, 300), generator=gen), 8)
+    want, want_kept = scan_rows(lambda c0, c1: scores[:, c0:c1], n_visible, k, k, 4096, publish, allowed)
+    got, kept = select_block(scores, n_visible, first, k, k, publish, allowed)
     assert torch.equal(got, torch.where(want >= 0, want + first[:, None], -1))
+    if publish is not None:
+        assert torch.equal(kept, want_kept)
 
 
 def test_the_scan_selects_rows_longer_than_a_column_block_whole(monkeypatch):
@@ -77,3 +87,7 @@ def test_the_scan_selects_rows_longer_than_a_column_block_whole(monkeypatch):
         got, kept = selection.scan(block, n_visible, k, k, 64, publish, allowed)
         assert torch.equal(got, want) and torch.equal(kept, want_kept)
     assert len(calls) == 2
+    monkeypatch.setattr(selection, "WHOLE_ROWS", 100)  # past it: the oracle's bounded scan
+    got, kept = selection.scan(block, n_visible, 40, 40, 64, publish)
+    want, want_kept = scan_rows(block, n_visible, 40, 40, 64, publish)
+    assert torch.equal(got, want) and torch.equal(kept, want_kept) and len(calls) == 2

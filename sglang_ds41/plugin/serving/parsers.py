@@ -255,7 +255,8 @@ def stream_chat_chunks(original, self, **kwargs):
     step = next_step(state.output, content, finish_reason, keep_matched_stop=request.no_stop_trim)
     history = _history(self, request, step)
     if step.calls:
-        kwargs["has_tool_calls"][index] = True  # upstream's finish chunk then says tool_calls
+        # upstream's finish chunk then says tool_calls, by the rule of `served_finish_reason`
+        kwargs["has_tool_calls"][index] = True
     meta = content["meta_info"]
     chunks = token_output_sse_chunks(
         chunk_id=meta["id"],
