@@ -26,6 +26,7 @@ production hasher gives each token (`EngramHasher.hash_sequence`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -38,7 +39,7 @@ from sglang_ds41.model.attention import Attention, CompressedKV, TensorView
 from sglang_ds41.model.roles import LayerRole
 from sglang_ds41.reference.model import Transformer
 
-from .quant import ROUNDING
+from .quant import ROUNDING, rows_as_stored
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,17 @@ class EngramTables(nn.Module):
         return ROUNDING["engram_fp8"](rows) if self.rounding else rows
 
 
-def forward_hidden(model: Transformer, tables: EngramTables, batch: Batch) -> torch.Tensor:
-    """The final normed hidden states [T, D] of every token of the batch (before the head)."""
+def forward_hidden(
+    model: Transformer,
+    tables: EngramTables,
+    batch: Batch,
+    embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The final normed hidden states [T, D] of every token of the batch (before the head);
+    `embed(ids)` gives the input embeddings (default: the model's rows, as stored)."""
     chunks = batch.chunks
     t = batch.ids.shape[0]
-    e = model.embed(batch.ids)  # [T, D]
+    e = rows_as_stored(model.embed, batch.ids) if embed is None else embed(batch.ids)  # [T, D]
     r = e[:, None, :].expand(t, model.text.hc_mult, e.shape[-1])  # [T, hc, D]
     pre = first_pre(r)
     published = Published()
@@ -182,6 +189,9 @@ def banded_attention(
         counts = chunks.entry_counts(attn.ratio)
         stored = _padded(entries, chunks.entry_offsets(attn.ratio), counts, max(int(counts.max()), 1))
     outs = []
+    # One split, not a slice per block: a slice's backward zero-fills the whole [B, H, L, Dh]
+    # and the blocks' gradients are summed (quadratic in the blocks); the split's is one cat.
+    q_blocks = qp.split(block, dim=2)
     for q0 in range(0, longest, block):
         q1 = min(q0 + block, longest)
         k0 = max(0, q0 - (window - 1))
@@ -194,7 +204,7 @@ def banded_attention(
             keys = torch.cat([keys, stored[:, :n]], dim=1)
             visible = torch.arange(n)[None, :] < torch.div(rows + 1, attn.ratio, rounding_mode="floor")
             mask = torch.cat([mask, visible], dim=1)
-        outs.append(_sink_attention(attn, qp[:, :, q0:q1], keys, mask))
+        outs.append(_sink_attention(attn, q_blocks[q0 // block], keys, mask))
     o = torch.cat(outs, dim=2).transpose(1, 2)  # [B, L, H, Dh]
     valid = torch.arange(longest)[None, :] < lengths[:, None]
     return o[valid]
@@ -243,7 +253,10 @@ def masked_attention(
 
 
 def _padded(rows: torch.Tensor, offsets: torch.Tensor, counts: torch.Tensor, width: int) -> torch.Tensor:
-    """Varlen rows [sum counts, C] -> [B, width, C], zero padded."""
-    out = rows.new_zeros(counts.numel(), width, rows.shape[-1])
-    valid = torch.arange(width)[None, :] < counts[:, None]
-    return out.masked_scatter(valid[..., None], rows) if rows.numel() else out
+    """Varlen rows [sum counts, C] (sequence b's from offsets[b]) -> [B, width, C], zero padded:
+    one index copy (its backward one gather; a masked scatter's backward, a masked select with
+    a broadcast mask, took ~10x as long)."""
+    b, c = counts.numel(), rows.shape[-1]
+    sequence = torch.repeat_interleave(torch.arange(b), counts)  # [N]
+    place = sequence * width + torch.arange(sequence.numel()) - offsets[sequence]
+    return rows.new_zeros(b * width, c).index_copy(0, place, rows).view(b, width, c)

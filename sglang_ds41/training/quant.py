@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -62,6 +63,26 @@ class Rounded(nn.Module):
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
         return ROUNDING[self.fmt](w) if self.on else w
+
+
+def rows_as_stored(module: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """`module.weight[ids]` as the forward sees it, rounding only those rows (`round_rows`)."""
+    if not parametrize.is_parametrized(module, "weight"):
+        return F.embedding(ids, module.weight)
+    return round_rows(module, F.embedding(ids, module.parametrizations.weight.original))
+
+
+def round_rows(module: nn.Module, rows: torch.Tensor) -> torch.Tensor:
+    """Rows of `module`'s master weight as its checkpoint format stores them. For the tied
+    embedding, whose rounding (BF16) is elementwise, these are the values gathered from the
+    rounded 129,280-row matrix, with the same gradient (straight through), without the
+    full-matrix passes of rounding it whole."""
+    if not parametrize.is_parametrized(module, "weight"):
+        return rows
+    (rounding,) = module.parametrizations.weight
+    if rounding.fmt != "bf16":
+        raise ValueError(f"round_rows needs an elementwise format; {rounding.fmt!r} rounds blocks")
+    return rounding(rows)
 
 
 def set_rounding(model: nn.Module, on: bool) -> None:

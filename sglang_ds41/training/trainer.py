@@ -22,6 +22,7 @@ bias moves by `bias_rate` towards the experts that got fewer tokens than average
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -41,9 +42,9 @@ from .data import IGNORE, batches
 from .drills import drill_batch, is_drill_step
 from .forward import Batch, EngramTables, forward_hidden
 from .init import initialise
-from .quant import round_like_checkpoint, set_rounding
+from .quant import round_like_checkpoint, round_rows, set_rounding
 from .settings import CONTINUABLE, Settings
-from .vocab import VocabRows, full_vocab_cross_entropy
+from .vocab import LiveRows, VocabRows, full_vocab_cross_entropy, step_with_live_rows
 
 SETTINGS_FILE, STATE_FILE, PROGRESS_FILE = "settings.json", "state.pt", "progress.jsonl"
 
@@ -65,6 +66,7 @@ class Run:
         self.optimizer = torch.optim.AdamW(self._groups(), lr=settings.lr, betas=(0.9, 0.95), eps=1e-8)
         self.step, self.position = 0, (0, 0)
         self._loads: dict[int, torch.Tensor] = {}
+        self._embed_grad: torch.Tensor | None = None  # the tied matrix's gradient (LiveRows.gradient)
         for block in self.model.layers:
             block.ffn.gate.register_forward_hook(self._count_load(block.layer))
 
@@ -213,16 +215,18 @@ class Run:
         self.tables.rounding = rounding
         embed = self.model.embed.parametrizations.weight.original
         self.vocab.activate(embed, batch.ids)
-        hidden = forward_hidden(self.model, self.tables, batch)
+        live = LiveRows(embed, self.vocab.active, functools.partial(round_rows, self.model.embed))
+        hidden = forward_hidden(self.model, self.tables, batch, embed=live.embed)
         learn = batch.targets != IGNORE
-        loss = full_vocab_cross_entropy(
-            hidden[learn], self.model.embed.weight, batch.targets[learn], self.vocab.active
-        )
+        loss = full_vocab_cross_entropy(hidden[learn], live.rows, batch.targets[learn], self.vocab.active)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self._embed_grad is None:
+            self._embed_grad = torch.zeros_like(embed)
+        live.gradient(embed, self._embed_grad)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, self.settings.clip)
-        self.optimizer.step()
+        step_with_live_rows(self.optimizer, embed, live.ids)
         self._update_router_bias()
         self.step += 1
         return float(loss.detach()), int(batch.ids.numel())

@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.training.data import IGNORE, batches
+from sglang_ds41.training.forward import forward_hidden
+from sglang_ds41.training.quant import set_rounding
 from sglang_ds41.training.trainer import PROGRESS_FILE, Run, Settings
+from sglang_ds41.training.vocab import full_vocab_cross_entropy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -212,3 +216,44 @@ def test_train_tiny_refuses_a_share_outside_0_to_1_before_it_creates_the_run(tmp
     error = capsys.readouterr().err
     assert "drill_share (--drill-share) is a share: expected 0 to 1, got 1.5" in error
     assert not (tmp_path / "a").exists()
+
+
+def _plain_step(run: Run, batch) -> None:
+    """The textbook step the trainer's must equal: the loss through the whole parametrized
+    (rounded) 129,280-row matrix, torch's AdamW over every row of it."""
+    for group in run.optimizer.param_groups:
+        group["lr"] = run.lr_at(run.step)
+    rounding = run.step >= run.settings.qat_from * run.settings.steps
+    set_rounding(run.model, rounding)
+    run.tables.rounding = rounding
+    run.vocab.activate(run.model.embed.parametrizations.weight.original, batch.ids)
+    hidden = forward_hidden(run.model, run.tables, batch, embed=run.model.embed)
+    learn = batch.targets != IGNORE
+    head = run.model.embed.weight[run.vocab.ids]
+    loss = full_vocab_cross_entropy(hidden[learn], head, batch.targets[learn], run.vocab.active)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for group in run.optimizer.param_groups for p in group["params"]]
+    torch.nn.utils.clip_grad_norm_(params, run.settings.clip)
+    run.optimizer.step()
+    run._update_router_bias()
+    run.step += 1
+
+
+def test_a_step_changes_the_weights_and_moments_as_the_plain_full_matrix_step_does(tmp_path):
+    # The trainer's step takes the tied matrix's live rows as one leaf and steps only them; it
+    # must be the same arithmetic, bit for bit: float and rounded steps, new rows every step.
+    settings = Settings(**{**SMALL.__dict__, "steps": 4, "qat_from": 0.5})
+    fast, plain = Run.create(tmp_path / "a", settings), Run.create(tmp_path / "b", settings)
+    stream = batches(settings.seed, settings.batch_tokens, settings.max_len, fast.hasher)
+    for _ in range(settings.steps):
+        batch = next(stream).batch
+        fast.optimize(batch)
+        _plain_step(plain, batch)
+    a, b = _state(fast), _state(plain)
+    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:3]
+    moments_a, moments_b = _optimizer_moments(fast), _optimizer_moments(plain)
+    assert len(moments_a) == len(moments_b)
+    assert all(torch.equal(x, y) for x, y in zip(moments_a, moments_b, strict=True))
+    embed = fast.model.embed.parametrizations.weight.original
+    assert torch.equal(embed.abs().sum(1) > 0, fast.vocab.active)  # rows never used stay zero
