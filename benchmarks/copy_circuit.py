@@ -39,6 +39,7 @@ import torch
 from sglang_ds41.training.forward import Batch, forward_hidden
 from sglang_ds41.training.settings import Settings
 from sglang_ds41.training.trainer import Run
+from sglang_ds41.training.vocab import LiveRows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "copy_circuit.json"
 FEATURES = ("none", "embedding", "layer0", "layer0-only")
@@ -83,7 +84,16 @@ class PreviousToken:
 def install_feature(run: Run, feature: str, signal: PreviousToken) -> None:
     model = run.model
     if feature == "embedding":
+        # Wherever input embeddings are made: the embedding module (stream_norms) and the
+        # trainer's step, which takes them from the live rows (`Run.input_embeddings`).
         model.embed.register_forward_hook(lambda _m, _i, out: out + signal.of(out))
+        own_embeddings = run.input_embeddings
+
+        def input_embeddings(live: LiveRows, ids: torch.Tensor) -> torch.Tensor:
+            e = own_embeddings(live, ids)
+            return e + signal.of(e)
+
+        run.input_embeddings = input_embeddings  # this run only
     elif feature in ("layer0", "layer0-only"):
         attn = model.layers[0].attn
         own = attn.project_out

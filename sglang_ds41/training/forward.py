@@ -39,7 +39,7 @@ from sglang_ds41.model.attention import Attention, CompressedKV, TensorView
 from sglang_ds41.model.roles import LayerRole
 from sglang_ds41.reference.model import Transformer
 
-from .quant import ROUNDING, rows_as_stored
+from .quant import ROUNDING
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,10 @@ def forward_hidden(
     embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The final normed hidden states [T, D] of every token of the batch (before the head);
-    `embed(ids)` gives the input embeddings (default: the model's rows, as stored)."""
+    `embed(ids)` gives the input embeddings (default: the model's embedding module)."""
     chunks = batch.chunks
     t = batch.ids.shape[0]
-    e = rows_as_stored(model.embed, batch.ids) if embed is None else embed(batch.ids)  # [T, D]
+    e = (model.embed if embed is None else embed)(batch.ids)  # [T, D]
     r = e[:, None, :].expand(t, model.text.hc_mult, e.shape[-1])  # [T, hc, D]
     pre = first_pre(r)
     published = Published()

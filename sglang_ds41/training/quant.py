@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -54,6 +53,10 @@ ROUNDING: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+# The formats that round each value alone, so rows can be rounded apart from their matrix.
+ELEMENTWISE = frozenset({"bf16"})
+
+
 class Rounded(nn.Module):
     """A parametrization: the master weight as its checkpoint format stores it (while `on`)."""
 
@@ -65,23 +68,15 @@ class Rounded(nn.Module):
         return ROUNDING[self.fmt](w) if self.on else w
 
 
-def rows_as_stored(module: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """`module.weight[ids]` as the forward sees it, rounding only those rows (`round_rows`)."""
-    if not parametrize.is_parametrized(module, "weight"):
-        return F.embedding(ids, module.weight)
-    return round_rows(module, F.embedding(ids, module.parametrizations.weight.original))
-
-
 def round_rows(module: nn.Module, rows: torch.Tensor) -> torch.Tensor:
-    """Rows of `module`'s master weight as its checkpoint format stores them. For the tied
-    embedding, whose rounding (BF16) is elementwise, these are the values gathered from the
-    rounded 129,280-row matrix, with the same gradient (straight through), without the
-    full-matrix passes of rounding it whole."""
+    """Rows of `module`'s master weight as its checkpoint format stores them, when that format
+    rounds each value alone (`ELEMENTWISE`): the values of the same rows of the rounded whole
+    matrix, with the same gradient (straight through), without rounding the whole matrix."""
     if not parametrize.is_parametrized(module, "weight"):
         return rows
     (rounding,) = module.parametrizations.weight
-    if rounding.fmt != "bf16":
-        raise ValueError(f"round_rows needs an elementwise format; {rounding.fmt!r} rounds blocks")
+    if rounding.fmt not in ELEMENTWISE:
+        raise ValueError(f"round_rows needs a format that rounds each value; {rounding.fmt!r} rounds blocks")
     return rounding(rows)
 
 

@@ -66,7 +66,8 @@ class Run:
         self.optimizer = torch.optim.AdamW(self._groups(), lr=settings.lr, betas=(0.9, 0.95), eps=1e-8)
         self.step, self.position = 0, (0, 0)
         self._loads: dict[int, torch.Tensor] = {}
-        self._embed_grad: torch.Tensor | None = None  # the tied matrix's gradient (LiveRows.gradient)
+        # The tied matrix's gradient, kept from step to step (LiveRows.gradient).
+        self._embed_grad = torch.zeros(text.vocab_size, text.hidden_size)
         for block in self.model.layers:
             block.ffn.gate.register_forward_hook(self._count_load(block.layer))
 
@@ -215,21 +216,24 @@ class Run:
         self.tables.rounding = rounding
         embed = self.model.embed.parametrizations.weight.original
         self.vocab.activate(embed, batch.ids)
-        live = LiveRows(embed, self.vocab.active, functools.partial(round_rows, self.model.embed))
-        hidden = forward_hidden(self.model, self.tables, batch, embed=live.embed)
+        live = LiveRows(embed, self.vocab.ids, functools.partial(round_rows, self.model.embed))
+        embed_ids = functools.partial(self.input_embeddings, live)
+        hidden = forward_hidden(self.model, self.tables, batch, embed=embed_ids)
         learn = batch.targets != IGNORE
         loss = full_vocab_cross_entropy(hidden[learn], live.rows, batch.targets[learn], self.vocab.active)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self._embed_grad is None:
-            self._embed_grad = torch.zeros_like(embed)
-        live.gradient(embed, self._embed_grad)
+        live.gradient(self._embed_grad)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, self.settings.clip)
         step_with_live_rows(self.optimizer, embed, live.ids)
         self._update_router_bias()
         self.step += 1
         return float(loss.detach()), int(batch.ids.numel())
+
+    def input_embeddings(self, live: LiveRows, ids: torch.Tensor) -> torch.Tensor:
+        """A step's input embeddings of `ids` (a diagnostic may wrap this: benchmarks/copy_circuit.py)."""
+        return live.embed(ids)
 
     def _count_load(self, layer: int):
         def hook(module, inputs, output) -> None:

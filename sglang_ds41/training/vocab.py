@@ -10,7 +10,8 @@ logit exactly 0, so the softmax denominator over all 129,280 ids is
 which `full_vocab_cross_entropy` computes from the active rows alone: the loss is the true
 full-vocabulary loss, and a served model gives the never-seen ids exactly the probability
 training assumed. Ids no sample ever uses stay zero, so the shipped parameters need only the
-active rows.
+active rows. The step pays for them only too (`LiveRows`, `step_with_live_rows`): the backward
+and the optimizer touch the active rows, with the arithmetic of the whole-matrix step.
 """
 
 from __future__ import annotations
@@ -55,29 +56,35 @@ class VocabRows:
 
 class LiveRows:
     """One step's view of the tied matrix `weight`: its active rows as one leaf tensor, so the
-    backward computes their gradient [n_active, D] and never a 129,280-row one (two zero
-    fills, a sum and a gather over 66 MB a step at D = 128). `round(rows)` gives the rows as
+    backward computes their gradient [n_active, D] and never a whole-matrix one (two zero
+    fills, a sum and a gather over the 129,280 rows a step). `rounding(rows)` gives the rows as
     the forward sees them (elementwise: `quant.round_rows`)."""
 
     def __init__(
-        self, weight: torch.Tensor, active: torch.Tensor, round: Callable[[torch.Tensor], torch.Tensor]
+        self,
+        weight: torch.Tensor,
+        ids: torch.Tensor,
+        rounding: Callable[[torch.Tensor], torch.Tensor],
     ):
-        self.ids = torch.nonzero(active).flatten()
-        self.leaf = weight.detach()[self.ids].requires_grad_()
-        self.rows = round(self.leaf)  # [n_active, D]
-        self.position = torch.full((active.numel(),), -1, dtype=torch.int64)
-        self.position[self.ids] = torch.arange(self.ids.numel())
+        self.weight, self.ids = weight, ids
+        self.leaf = weight.detach()[ids].requires_grad_()
+        self.rows = rounding(self.leaf)  # [n_active, D]
+        self.position = torch.full((weight.shape[0],), -1, dtype=torch.int64)
+        self.position[ids] = torch.arange(ids.numel())
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The input embeddings [T, D] of `token_ids` (all active)."""
         return F.embedding(self.position[token_ids], self.rows)
 
-    def gradient(self, weight: torch.Tensor, buffer: torch.Tensor) -> None:
+    def gradient(self, buffer: torch.Tensor) -> None:
         """After the backward: `weight.grad` = the whole matrix's gradient, written into `buffer`
         (kept from step to step: the active rows only grow, so every row a step wrote is written
-        again and the rest stay zero)."""
+        again and the rest stay zero). A gradient that reached `weight` by another path (a
+        diagnostic reading the embedding module, benchmarks/copy_circuit.py) is added."""
         buffer[self.ids] = self.leaf.grad
-        weight.grad = buffer
+        if self.weight.grad is not None:
+            buffer += self.weight.grad
+        self.weight.grad = buffer
 
 
 def full_vocab_cross_entropy(
@@ -116,12 +123,15 @@ def step_with_live_rows(optimizer: torch.optim.Optimizer, weight: torch.Tensor, 
     bit for bit: torch's own functional step (`torch.optim.adam.adam`, with the group's
     settings) runs on them, every element alone. The first step runs whole (it creates the
     moments), as does a step whose `weight` has no gradient."""
+    group = next(g for g in optimizer.param_groups if any(p is weight for p in g["params"]))
+    plain = {"amsgrad": False, "maximize": False, "capturable": False, "differentiable": False}
+    if not isinstance(optimizer, torch.optim.Adam) or any(group[k] != v for k, v in plain.items()):
+        raise ValueError(f"step_with_live_rows runs torch's plain Adam / AdamW ({plain}), not {optimizer}")
     state = optimizer.state.get(weight)  # not `[weight]`: that would add an entry out of order
     grad = weight.grad
     if not state or grad is None:
         optimizer.step()
         return
-    group = next(g for g in optimizer.param_groups if any(p is weight for p in g["params"]))
     weight.grad = None  # the optimizer's own step skips it
     try:
         optimizer.step()
@@ -132,10 +142,9 @@ def step_with_live_rows(optimizer: torch.optim.Optimizer, weight: torch.Tensor, 
     beta1, beta2 = group["betas"]
     adam(
         [live], [grad[rows]], [exp_avg], [exp_avg_sq], [], [state["step"]],
-        foreach=group["foreach"], capturable=group["capturable"], differentiable=group["differentiable"],
-        fused=group["fused"], decoupled_weight_decay=group["decoupled_weight_decay"],
-        amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
-        weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+        foreach=group["foreach"], fused=group["fused"],
+        decoupled_weight_decay=group["decoupled_weight_decay"], amsgrad=False, beta1=beta1,
+        beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
     )  # fmt: skip
     weight[rows] = live
     state["exp_avg"][rows], state["exp_avg_sq"][rows] = exp_avg, exp_avg_sq

@@ -68,3 +68,11 @@ def test_stepping_the_live_rows_is_torchs_step_of_the_whole_matrix(weight_decay)
         for key in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(rowwise.state[whole][key], plain.state[copies[0]][key])
     assert not whole[torch.ones(3000, dtype=torch.bool).index_fill_(0, live, False)].any()
+
+
+def test_stepping_the_live_rows_refuses_an_optimizer_it_does_not_reproduce():
+    weight = torch.nn.Parameter(torch.zeros(10, 4))
+    weight.grad = torch.zeros(10, 4)
+    for optimizer in (torch.optim.AdamW([weight], amsgrad=True), torch.optim.SGD([weight], lr=0.1)):
+        with pytest.raises(ValueError, match="plain Adam / AdamW"):
+            step_with_live_rows(optimizer, weight, torch.tensor([1]))
