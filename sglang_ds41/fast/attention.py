@@ -147,8 +147,11 @@ def attend(
     attn: Attention, projected: Projected, chunks: Chunks, view: StateView, ids: torch.Tensor
 ) -> torch.Tensor:
     """`attn.attend(projected, chunks, view, ids)`: the pool is the window rows, then the entries
-    picked (decoded once, in entry order), or all the batch's entries when the picks are as
-    many (a prefill): then the ids need no renumbering."""
+    picked, decoded once: in pick order when each request has one token (a decode step, where
+    no entry is picked twice: nothing to sort or look up over all the entries), else in entry
+    order, or all the batch's entries when the picks are as many (a prefill): then the ids need
+    no renumbering. A token's softmax runs over its ids' columns in order, so where its rows
+    sit in the pool does not change a bit."""
     n_window = int(chunks.window_offsets(attn.window)[-1])
     pool = view.window()  # [n_window, Dh]
     if ids.shape[1] > attn.window and ids.numel():  # entry columns after the window's
@@ -156,6 +159,11 @@ def attend(
         n_entries = int(chunks.entry_offsets(attn.ratio)[-1])
         if entries.numel() >= n_entries:
             pool = torch.cat([pool, view.rows(torch.arange(n_entries)).to(pool.dtype)])
+        elif ids.shape[0] == chunks.size:  # one token per request: no entry is picked twice
+            picked = entries >= 0
+            pool = torch.cat([pool, view.rows(entries[picked]).to(pool.dtype)])
+            rank = torch.cumsum(picked.flatten(), 0).view_as(entries) + (n_window - 1)
+            ids = torch.cat([ids[:, : attn.window], torch.where(picked, rank, -1)], 1)
         else:
             present = torch.zeros(n_entries, dtype=torch.bool)
             present[entries[entries >= 0]] = True
