@@ -13,6 +13,7 @@ reference's self-test: prefill a prompt, decode 22 steps, and verify that
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -27,6 +28,15 @@ SELFTEST_STEPS = 22
 # FP8 / FP4 fake-quant rounding of the KV (a 1/16 step of one element), which moves logits of
 # the following window by ~1e-4 relative. A state bug moves them by O(1).
 SELFTEST_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-2, torch.bfloat16: 5e-2}
+
+
+class Constraint(Protocol):
+    """A grammar over the output (`grammar.JsonAnswerGrammar`): masks each step's logits in
+    place, then is told the token chosen."""
+
+    def restrict(self, logits: torch.Tensor) -> None: ...
+
+    def accept(self, token: int) -> None: ...
 
 
 def next_token(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
@@ -45,12 +55,14 @@ def generate(
     stop_ids: tuple[int, ...] = (),
     seed: int = 0,
     image_embeds: torch.Tensor | None = None,
+    constraint: Constraint | None = None,
 ) -> list[int]:
     """New token ids after `prompt_ids`, stopping after a stop id or the limit.
 
     `image_embeds` [n, D]: the input embeddings of the prompt's n image positions, in order
     (`vision.build_image_prompt`); None for a text-only prompt. The image token is never
-    produced: its position would need image embeddings."""
+    produced: its position would need image embeddings. `constraint`: a grammar each step's
+    token must satisfy, as the server's sampler applies it."""
     if not prompt_ids:
         raise Ds41Error("generate: the prompt has no tokens")
     generator = torch.Generator().manual_seed(seed)
@@ -59,7 +71,11 @@ def generate(
     out: list[int] = []
     for _ in range(max_new_tokens):
         logits[model.image_token_id] = float("-inf")
+        if constraint is not None:
+            constraint.restrict(logits)
         token = next_token(logits, temperature, generator)
+        if constraint is not None:
+            constraint.accept(token)
         out.append(token)
         if token in stop_ids or len(out) == max_new_tokens:
             break

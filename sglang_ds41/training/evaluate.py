@@ -295,7 +295,9 @@ def run_loop(completer: Completer, task: LoopTask, max_turns: int = 6) -> tuple[
 class ReferenceCompleter:
     """The pure-PyTorch reference model, greedy, its output read as the server reads it
     (`ServedOutput`, tolerant): a malformed call (an invoke never closed, arguments that are not
-    JSON) is an `invalid_tool_calls` entry, not a call, so the two are scored alike."""
+    JSON) is an `invalid_tool_calls` entry, not a call, so the two are scored alike; a JSON
+    answer (`response_format`) is decoded under the grammar the server decodes it under
+    (`reference.grammar`)."""
 
     def __init__(self, model, max_new_tokens: int = 400):
         self.model, self.max_new_tokens = model, max_new_tokens
@@ -304,9 +306,12 @@ class ReferenceCompleter:
         from sglang_ds41.encoding import encode_prompt, render_request
         from sglang_ds41.encoding.special_tokens import Special
         from sglang_ds41.reference.generate import generate
+        from sglang_ds41.reference.grammar import JsonAnswerGrammar
 
         rendered = render_request(body)
-        ids = generate(self.model, encode_prompt(rendered), self.max_new_tokens, stop_ids=(Special.EOS.id,))
+        grammar = JsonAnswerGrammar.for_request(body, rendered, self.model.text.vocab_size)
+        prompt, stop = encode_prompt(rendered), (Special.EOS.id,)
+        ids = generate(self.model, prompt, self.max_new_tokens, stop_ids=stop, constraint=grammar)
         return served_message(ids, rendered.parsing, body.get("tools"))
 
 

@@ -118,7 +118,9 @@ def test_turns_end_by_themselves_rather_than_looping_to_the_token_limit(client):
 
 def test_the_server_writes_the_reference_models_greedy_answer(server):
     """Exactness on trained weights: the served greedy turn (reasoning, content, calls) equals the
-    pure-PyTorch reference model's for held-out requests of three task shapes."""
+    pure-PyTorch reference model's for held-out requests of four task shapes, the JSON answer
+    decoded under the server's grammar in both (`reference.grammar`): a held-out extraction
+    whose unconstrained greedy answer is not the served one."""
     model = load_reference(trained_tiny_checkpoint(), dtype=torch.float32)
     reference = evaluate.ReferenceCompleter(model, 160)
     served = evaluate.ServerCompleter(f"{server.url}/v1", 160)
@@ -129,6 +131,7 @@ def test_the_server_writes_the_reference_models_greedy_answer(server):
         {"model": MODEL, "messages": [{"role": "user", "content": "Compute 17 * 3."}],
          "tools": [toolbank.CALCULATE], "thinking": {"type": "disabled"}},
         {"model": MODEL, "messages": [{"role": "user", "content": "What is the capital of Peru?"}]},
+        [case for case in evaluate.cases(0, 4) if case.kind == "json"][3].body,
     ]  # fmt: skip
     for body in bodies:
         got, want = served.complete(body), reference.complete(body)
