@@ -8,7 +8,8 @@ numbers no training conversation has), greedy:
 
 1. **The model as shipped** (base variant, FP8 Engram tables): every case through a real
    `sglang-ds41 serve` (the OpenAI client, 6 requests at a time) and in the pure-PyTorch reference
-   model; per-kind scores (tool-call exact match, answer facts, JSON validity and field accuracy,
+   model (a JSON answer decoded under the server's grammar in both, `reference/grammar.py`);
+   per-kind scores (tool-call exact match, answer facts, JSON validity and field accuracy,
    short answers), the weather-average loop end to end (the agent runner against the server;
    `evaluate.run_loop` in the reference), held-out perplexity, and whether the server's greedy
    answer equals the reference's on every case.
