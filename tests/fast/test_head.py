@@ -68,3 +68,24 @@ def test_sglang_logits_processor_takes_the_head_through_its_quant_method():
     assert should_apply_lm_head_quant_method(wrapped, wrapped.quant_method)
     h = hidden(4)
     assert torch.equal(wrapped.quant_method.apply(wrapped, h, None), fast.logits(layer, h))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tokens", [1, 2, 5, fast.FEW_ROWS, fast.FEW_ROWS + 1])
+def test_a_few_rows_of_a_wide_hidden_size_give_the_plain_products(dtype, tokens):
+    """At hidden 128 a decode step's rows go through W h^T (one row padded to two): the same
+    logits as h W^T within rounding, contiguous, for a whole head and a mostly zero one."""
+    gen = torch.Generator().manual_seed(tokens)
+    weight = torch.randn(3000, fast.WIDE_HIDDEN, generator=gen, dtype=dtype)
+    h = torch.randn(tokens, fast.WIDE_HIDDEN, generator=gen, dtype=dtype)
+    got = fast.product(h, weight)
+    want = F.linear(h, weight)
+    assert got.shape == want.shape and got.is_contiguous()
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    assert float((got - want).abs().max() / want.abs().max()) < tolerance
+    layer = nn.Linear(fast.WIDE_HIDDEN, 3000, bias=False, dtype=dtype).requires_grad_(False)
+    layer.weight.copy_(weight)
+    layer.weight[torch.rand(3000, generator=gen) < 0.8] = 0
+    got = fast.logits(layer, h)
+    want = F.linear(h, layer.weight)
+    assert float((got - want).abs().max() / want.abs().max()) < tolerance
