@@ -18,7 +18,10 @@ numbers no training conversation has), greedy:
    least-squares scales; NVFP4 *experts* need no row: the NVFP4 variant re-encodes the MXFP4 codes
    losslessly, the same values); in the reference,
    the experts at their trained float32 values when a run directory is given (`--run-dir`), and
-   Engram off (tables zeroed: the layer adds gate * 0).
+   Engram off (tables zeroed: the layer adds gate * 0). Each row also says on how many cases its
+   greedy answer is the shipped tables' answer, message for message ("same as fp8"): the task
+   scores of a few dozen cases move by a case either way, the answers themselves show what a
+   format changes.
 
 Writes `benchmarks/results/tiny_eval.json` (or `--out`) and prints a short table.
 """
@@ -116,6 +119,12 @@ def in_reference(
     return {"summary": summary, "answers": answers, "seconds": round(time.perf_counter() - started, 1)}
 
 
+def agreement(run: dict[str, Any], other: dict[str, Any]) -> str:
+    """How many cases two runs answered with the same message: "n/N"."""
+    pairs = list(zip(run["answers"], other["answers"], strict=True))
+    return f"{sum(same_message(a, b) for a, b in pairs)}/{len(pairs)}"
+
+
 def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (
         (a.get("content") or "") == (b.get("content") or "")
@@ -182,10 +191,10 @@ def main() -> int:
         reference = load_reference(model_dir, dtype=torch.float32)
         ref = in_reference(reference, cases, loops, args.perplexity, args.seed)
         rows["fp8 (reference)"] = ref["summary"]
+        served = None
         if not args.reference_only:
             served = through_server(model_dir, cases, loops, scratch / "serve.log")
-            equal = sum(same_message(a, b) for a, b in zip(served["answers"], ref["answers"], strict=True))
-            rows["fp8 (server)"] = served["summary"] | {"server==reference": f"{equal}/{len(cases)}"}
+            rows["fp8 (server)"] = served["summary"] | {"server==reference": agreement(served, ref)}
         if not args.no_quality:
             variants = {
                 "mxfp4 ocp": ("mxfp4", "ocp"), "mxfp4 mse": ("mxfp4", "mse"),
@@ -194,32 +203,32 @@ def main() -> int:
             for name, (to, rule) in variants.items():
                 out = convert(model_dir, scratch / name.replace(" ", "-"), to, rule)
                 if args.reference_only:
-                    rows[name] = in_reference(load_reference(out), cases, loops, args.perplexity, args.seed)[
-                        "summary"
-                    ]
+                    variant = in_reference(load_reference(out), cases, loops, args.perplexity, args.seed)
+                    rows[name] = variant["summary"] | {"same as fp8": agreement(variant, ref)}
                 else:
-                    rows[name] = through_server(out, cases, loops, scratch / f"{name}.log")["summary"]
+                    variant = through_server(out, cases, loops, scratch / f"{name}.log")
+                    rows[name] = variant["summary"] | {"same as fp8": agreement(variant, served)}
                     ppl = E.perplexity(load_reference(out, dtype=torch.float32), args.seed, args.perplexity)
                     rows[name]["perplexity"] = round(ppl, 4)
                 shutil.rmtree(out)
             off = load_reference(model_dir, dtype=torch.float32)
             engram_off(off)
-            rows["engram off (reference)"] = in_reference(off, cases, loops, args.perplexity, args.seed)[
-                "summary"
-            ]
+            variant = in_reference(off, cases, loops, args.perplexity, args.seed)
+            rows["engram off (reference)"] = variant["summary"] | {"same as fp8": agreement(variant, ref)}
             if args.run_dir:
                 fl = load_reference(model_dir, dtype=torch.float32)
                 float_experts(fl, args.run_dir)
-                rows["experts float32 (reference)"] = in_reference(
-                    fl, cases, loops, args.perplexity, args.seed
-                )["summary"]
+                variant = in_reference(fl, cases, loops, args.perplexity, args.seed)
+                same = {"same as fp8": agreement(variant, ref)}
+                rows["experts float32 (reference)"] = variant["summary"] | same
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = {"model_dir": str(model_dir), "cases": len(cases), "loops": len(loops), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     metrics = ["call.exact", "call.exact_names", "call.exact_numbers", "loop.success", "json.valid",
-               "json.fields", "short.correct", "answer.facts", "ended", "perplexity"]  # fmt: skip
+               "json.fields", "short.correct", "answer.facts", "ended", "perplexity", "server==reference",
+               "same as fp8"]  # fmt: skip
     print("| variant | " + " | ".join(metrics) + " |")
     print("|---" * (len(metrics) + 1) + "|")
     for name, summary in rows.items():

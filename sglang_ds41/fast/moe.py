@@ -7,7 +7,9 @@ The oracle loops over experts with masks and runs the gate and up projections ap
 tokens are sorted by expert once, each expert used runs one GEMM of its gate and up weights
 stacked ([2I, D], built once per layer), the clamped SwiGLU is one loop for a few rows (the
 oracle's ops for more), and the weighted outputs are added token by token in the oracle's order
-(shared expert, then ascending expert id) with one `index_add_`.
+(shared expert, then ascending expert id) with one `index_add_`. A single token (a decode step of
+one request) runs its k experts in ascending id and adds each as it comes: the same sums
+without the sort, the count and the gathers (~70 us a layer).
 """
 
 from __future__ import annotations
@@ -126,6 +128,11 @@ def forward(moe: MoE, x: torch.Tensor, is_image: torch.Tensor | None = None) -> 
     weights, ids = route(moe.gate, x, is_image)  # [T, k]
     stacked = Stacked.of(moe)
     y = upcast(stacked.run(len(moe.experts), x))  # the shared expert
+    if x.shape[0] == 1:  # a decode step of one request: its k experts in ascending id, no sort
+        picks = ids[0].tolist()
+        for j in sorted(range(len(picks)), key=picks.__getitem__):
+            y.add_(weights[0, j] * upcast(stacked.run(picks[j], x)))
+        return y.to(x.dtype)
     k = ids.shape[1]
     order = ids.flatten().argsort(stable=True)  # slots by expert, tokens ascending within one
     counts = torch.bincount(ids.flatten(), minlength=len(moe.experts)).tolist()

@@ -33,10 +33,11 @@ def test_float64_equals_the_oracle_with_images_routed_by_bias_vl(layer, tokens):
     assert relative(fast.forward(moe, x, is_image), moe(x, is_image)) < 1e-13
 
 
-def test_float32_stays_within_float32_rounding(layer):
+@pytest.mark.parametrize("tokens", [1, 16])  # a decode step of one request takes its own path
+def test_float32_stays_within_float32_rounding(layer, tokens):
     cfg, moe = layer
     moe = moe.float()
-    x = torch.randn(16, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
     got = fast.forward(moe, x)
     assert got.dtype == torch.float32 and relative(got, moe(x)) < 1e-5
 
