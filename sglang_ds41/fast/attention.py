@@ -150,8 +150,9 @@ def attend(
     picked, decoded once: in pick order when each request has one token (a decode step, where
     no entry is picked twice: nothing to sort or look up over all the entries), else in entry
     order, or all the batch's entries when the picks are as many (a prefill): then the ids need
-    no renumbering. A token's softmax runs over its ids' columns in order, so where its rows
-    sit in the pool does not change a bit."""
+    no renumbering. A decode step's attention gathers each token's rows and sums over its ids'
+    columns in order (`gathered_attention`), so where its rows sit in the pool does not change
+    a bit."""
     n_window = int(chunks.window_offsets(attn.window)[-1])
     pool = view.window()  # [n_window, Dh]
     if ids.shape[1] > attn.window and ids.numel():  # entry columns after the window's
@@ -159,7 +160,7 @@ def attend(
         n_entries = int(chunks.entry_offsets(attn.ratio)[-1])
         if entries.numel() >= n_entries:
             pool = torch.cat([pool, view.rows(torch.arange(n_entries)).to(pool.dtype)])
-        elif ids.shape[0] == chunks.size:  # one token per request: no entry is picked twice
+        elif ids.shape[0] == chunks.size:  # one token per request: each pick gets its own row
             picked = entries >= 0
             pool = torch.cat([pool, view.rows(entries[picked]).to(pool.dtype)])
             rank = torch.cumsum(picked.flatten(), 0).view_as(entries) + (n_window - 1)

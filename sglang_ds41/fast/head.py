@@ -4,7 +4,7 @@ The trained tiny model (docs/TRAINING.md §3.3) keeps the head rows of the ids i
 uses at exactly zero: ~80% of the 129,280. Their logits are 0 whatever the hidden state, so the
 GEMM needs only the other rows, and at that size the head is the largest GEMM of a decode step
 (a 66 MB read, ~6 ms of an ~18 ms step at hidden 128). A head with few zero rows (every real
-checkpoint) is computed whole, as before.
+checkpoint) is computed over all its rows.
 
 The logits of the nonzero rows are the same dot products; BLAS may block a shorter GEMM
 differently, so they can differ from the whole GEMM's in the last bit, as the backend's other
@@ -52,8 +52,8 @@ def logits(head: nn.Linear, h: torch.Tensor) -> torch.Tensor:
 
 
 def product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`F.linear(h, weight)`: [T, D] x [N, D] -> [T, N], as W h^T for a few rows of a wide
-    hidden size (module doc)."""
+    """`F.linear(h, weight)`: [T, D] x [N, D] -> [T, N]; for a few rows of a wide hidden size
+    as W h^T, within rounding of it (module doc)."""
     tokens = h.shape[0]
     if tokens > FEW_ROWS or h.shape[1] < WIDE_HIDDEN:
         return F.linear(h, weight)

@@ -304,13 +304,13 @@ class ReferenceCompleter:
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         from sglang_ds41.encoding import encode_prompt, render_request
-        from sglang_ds41.encoding.special_tokens import Special
         from sglang_ds41.reference.generate import generate
         from sglang_ds41.reference.grammar import JsonAnswerGrammar
 
         rendered = render_request(body)
-        grammar = JsonAnswerGrammar.for_request(body, rendered, self.model.text.vocab_size)
-        prompt, stop = encode_prompt(rendered), (Special.EOS.id,)
+        eos = self.model.config.eos_token_id
+        grammar = JsonAnswerGrammar.for_request(body, rendered, self.model.text.vocab_size, eos)
+        prompt, stop = encode_prompt(rendered), (eos,)
         ids = generate(self.model, prompt, self.max_new_tokens, stop_ids=stop, constraint=grammar)
         return served_message(ids, rendered.parsing, body.get("tools"))
 

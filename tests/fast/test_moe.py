@@ -42,6 +42,21 @@ def test_float32_stays_within_float32_rounding(layer, tokens):
     assert got.dtype == torch.float32 and relative(got, moe(x)) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_token_adds_its_experts_bit_for_bit_as_the_batch_path_does(layer, dtype):
+    cfg, moe = layer
+    moe = moe.to(dtype)
+    stacked = fast.Stacked.of(moe)
+    for seed in range(20):
+        x = torch.randn(1, cfg.hidden_size, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+        weights, ids = fast.route(moe.gate, x, None)
+        shared = stacked.run(len(moe.experts), x)
+        one, batch = shared.clone(), shared.clone()
+        fast.add_one_token(stacked, x, weights, ids, one)
+        fast.add_by_expert(stacked, x, weights, ids, batch)
+        assert torch.equal(one, batch), seed
+
+
 def test_expert_weights_stay_one_copy_and_follow_changes(layer):
     """The stack the experts run from is their weights: an in-place change of an expert's weight
     is the fast path's too, and replacing its tensor is seen as well."""

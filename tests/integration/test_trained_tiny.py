@@ -16,8 +16,10 @@ import jsonschema
 import openai
 import pytest
 import torch
+from sglang_ds41.encoding import encode_prompt, render_request
 
 from sglang_ds41.cache import trained_tiny_checkpoint
+from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
 from sglang_ds41.training import evaluate
 from sglang_ds41.training.corpus import toolbank
@@ -140,6 +142,10 @@ def test_the_server_writes_the_reference_models_greedy_answer(server):
         assert evaluate.calls_of(got) == evaluate.calls_of(want)
         assert _malformed(got) == _malformed(want)
         assert got[evaluate.FINISH] == want[evaluate.FINISH]
+    # the extraction is one the grammar changes: unconstrained, the reference writes another answer
+    rendered = render_request(bodies[-1])
+    free = generate(model, encode_prompt(rendered), 160, stop_ids=(model.config.eos_token_id,))
+    assert evaluate.served_message(free, rendered.parsing)["content"] != got["content"]
 
 
 def _malformed(message: dict) -> list[tuple[str, str]]:

@@ -35,6 +35,14 @@ def _body(response_format: dict | None, thinking: bool = True) -> dict:
     return body
 
 
+def _grammar(body: dict) -> JsonAnswerGrammar | None:
+    return JsonAnswerGrammar.for_request(body, render_request(body), VOCAB, Special.EOS.id)
+
+
+def _off() -> dict:
+    return {"thinking": {"type": "disabled"}}
+
+
 def _json_schema() -> dict:
     return {"type": "json_schema", "json_schema": {"name": "record", "schema": SCHEMA}}
 
@@ -52,7 +60,7 @@ def test_the_schema_is_what_sglang_constrains_each_response_format_to():
 
 
 def test_a_valid_answer_is_allowed_token_by_token_and_then_only_its_end():
-    grammar = JsonAnswerGrammar(json.dumps(SCHEMA), in_reasoning=False, vocab_size=VOCAB)
+    grammar = JsonAnswerGrammar(json.dumps(SCHEMA), False, VOCAB, Special.EOS.id)
     answer = v41_tokenizer().encode('{"city": "Oslo", "count": 3}', add_special_tokens=False).ids
     words = v41_tokenizer().encode("Sure, here it is", add_special_tokens=False).ids
     first = _allowed(grammar)
@@ -65,14 +73,29 @@ def test_a_valid_answer_is_allowed_token_by_token_and_then_only_its_end():
 
 
 def test_a_token_the_grammar_forbids_is_refused_by_name():
-    grammar = JsonAnswerGrammar(json.dumps(SCHEMA), in_reasoning=False, vocab_size=VOCAB)
-    with pytest.raises(Ds41Error, match="not allowed here"):
+    grammar = JsonAnswerGrammar(json.dumps(SCHEMA), False, VOCAB, Special.EOS.id)
+    grammar.accept(v41_tokenizer().encode("{", add_special_tokens=False).ids[0])
+    with pytest.raises(Ds41Error, match=r"token \d+ \('Sure'\) cannot follow '\{'"):
         grammar.accept(v41_tokenizer().encode("Sure", add_special_tokens=False).ids[0])
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"regex": "[a-z]+"}, "regex"),
+        ({"tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]},
+         "tool_choice"),
+        ({"response_format": {"type": "regex", "regex": "[a-z]+"}}, "response_format 'regex'"),
+    ],
+)
+def test_a_constraint_the_reference_does_not_mirror_is_refused_not_ignored(extra, named):
+    with pytest.raises(Ds41Error, match=f"constrains its output with {named}"):
+        schema_of({**_body(None), **extra})
 
 
 def test_the_reasoning_is_free_until_its_end_token():
     rendered = render_request(_body(_json_schema()))
-    grammar = JsonAnswerGrammar.for_request(_body(_json_schema()), rendered, VOCAB)
+    grammar = JsonAnswerGrammar.for_request(_body(_json_schema()), rendered, VOCAB, Special.EOS.id)
     words = v41_tokenizer().encode("I will write the record.", add_special_tokens=False).ids
     for token in words:
         assert bool(_allowed(grammar).all())
@@ -80,8 +103,18 @@ def test_the_reasoning_is_free_until_its_end_token():
     grammar.accept(Special.THINK_END.id)
     assert not _allowed(grammar)[words[0]]
     off = _body(_json_schema(), thinking=False)
-    assert not _allowed(JsonAnswerGrammar.for_request(off, render_request(off), VOCAB))[words[0]]
-    assert JsonAnswerGrammar.for_request(_body(None), render_request(_body(None)), VOCAB) is None
+    assert not _allowed(_grammar(off))[words[0]]
+    assert _grammar(_body(None)) is None
+
+
+def test_a_continued_answer_in_a_thinking_request_waits_for_the_reasoning_end_as_the_server_does():
+    """SGLang's reasoner grammar starts from the request's thinking flag alone, so a thinking
+    request that continues its answer (`prefix`) is not constrained until a `</think>`."""
+    body = _body(_json_schema())
+    body["messages"].append({"role": "assistant", "content": '{"city": ', "prefix": True})
+    words = v41_tokenizer().encode("Oslo", add_special_tokens=False).ids
+    assert bool(_allowed(_grammar(body)).all())
+    assert render_request(body).parsing.in_content and not _allowed(_grammar({**body, **_off()}))[words[0]]
 
 
 def test_generate_under_the_grammar_writes_only_what_the_schema_allows(load):
@@ -90,7 +123,7 @@ def test_generate_under_the_grammar_writes_only_what_the_schema_allows(load):
     model = load(dtype=torch.float32)
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
               "additionalProperties": False}  # fmt: skip
-    grammar = JsonAnswerGrammar(json.dumps(schema), in_reasoning=False, vocab_size=model.text.vocab_size)
+    grammar = JsonAnswerGrammar(json.dumps(schema), False, model.text.vocab_size, model.config.eos_token_id)
     prompt = v41_tokenizer().encode("Answer in JSON.", add_special_tokens=False).ids
     out = generate(model, prompt, 40, stop_ids=(Special.EOS.id,), constraint=grammar)
     text = v41_tokenizer().decode([t for t in out if t != Special.EOS.id])
