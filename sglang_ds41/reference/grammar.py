@@ -2,9 +2,9 @@
 
 `sglang-ds41 serve` answers a request whose `response_format` is `json_schema` or `json_object`
 under SGLang's default grammar backend, xgrammar, as its defaults build it: the schema
-(`{"type": "object"}` for `json_object`; a `json_schema` constrains whatever its `strict` says,
-since the V4.1 renderer does not show the schema to the model) compiled against the tokenizer
-with the model's EOS as the stop token and any whitespace allowed, and, when the request
+(`{"type": "object"}` for `json_object`; a `json_schema` whatever its `strict` says: SGLang
+leaves a non-strict schema to the prompt alone only for the Kimi K3 renderer) compiled against
+the tokenizer with the model's EOS as the stop token and any whitespace allowed, and, when the request
 thinks, applied only from the token after `</think>` (SGLang's reasoner grammar decides that
 from the thinking flag alone). The reference decodes under the same mask, so a served JSON
 answer and the reference's are one computation that can be compared token for token
