@@ -220,7 +220,7 @@ class Run:
         embed_ids = functools.partial(self.input_embeddings, live)
         hidden = forward_hidden(self.model, self.tables, batch, embed=embed_ids)
         learn = batch.targets != IGNORE
-        loss = full_vocab_cross_entropy(hidden[learn], live.rows, batch.targets[learn], self.vocab.active)
+        loss = full_vocab_cross_entropy(hidden[learn], live.rows, batch.targets[learn], live.position)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         live.gradient(self._embed_grad)

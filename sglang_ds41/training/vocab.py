@@ -69,8 +69,7 @@ class LiveRows:
         self.weight, self.ids = weight, ids
         self.leaf = weight.detach()[ids].requires_grad_()
         self.rows = rounding(self.leaf)  # [n_active, D]
-        self.position = torch.full((weight.shape[0],), -1, dtype=torch.int64)
-        self.position[ids] = torch.arange(ids.numel())
+        self.position = positions(ids, weight.shape[0])
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The input embeddings [T, D] of `token_ids` (all active)."""
@@ -87,22 +86,27 @@ class LiveRows:
         self.weight.grad = buffer
 
 
+def positions(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[vocab_size]: each active id's row among `ids` (the active ids in id order), -1 elsewhere."""
+    position = torch.full((vocab_size,), -1, dtype=torch.int64)
+    position[ids] = torch.arange(ids.numel())
+    return position
+
+
 def full_vocab_cross_entropy(
-    hidden: torch.Tensor, live_rows: torch.Tensor, targets: torch.Tensor, active: torch.Tensor
+    hidden: torch.Tensor, live_rows: torch.Tensor, targets: torch.Tensor, position: torch.Tensor
 ) -> torch.Tensor:
-    """Mean cross-entropy over all `active.numel()` ids of `hidden [N, D]` -> `targets [N]`,
-    from the rows of the active ids alone (`live_rows [n_active, D]`, in id order; every
-    inactive row is zero)."""
-    ids = torch.nonzero(active).flatten()
-    if live_rows.shape[0] != ids.numel():
-        raise ValueError(f"expected the {ids.numel()} active rows, got {live_rows.shape[0]}")
+    """Mean cross-entropy over all `position.numel()` ids of `hidden [N, D]` -> `targets [N]`,
+    from the rows of the active ids alone (`live_rows [n_active, D]`, in id order, an id's at
+    `position[id]`, `positions`; every inactive row is zero)."""
+    n_active = int(position.max()) + 1 if position.numel() else 0
+    if live_rows.shape[0] != n_active:
+        raise ValueError(f"expected the {n_active} active rows, got {live_rows.shape[0]}")
     logits = F.linear(hidden.float(), live_rows.float())  # [N, n_active]
-    inactive = active.numel() - ids.numel()
+    inactive = position.numel() - n_active
     if inactive:
         zeros = torch.full((logits.shape[0], 1), math.log(inactive), dtype=logits.dtype)
         logits = torch.cat([logits, zeros], dim=1)  # one column standing for every zero row
-    position = torch.full((active.numel(),), -1, dtype=torch.int64)
-    position[ids] = torch.arange(ids.numel())
     where = position[targets]
     if bool((where < 0).any()):
         missing = sorted(set(targets[where < 0].tolist()))

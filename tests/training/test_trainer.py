@@ -10,7 +10,7 @@ from sglang_ds41.training.data import IGNORE, batches
 from sglang_ds41.training.forward import forward_hidden
 from sglang_ds41.training.quant import set_rounding
 from sglang_ds41.training.trainer import PROGRESS_FILE, Run, Settings
-from sglang_ds41.training.vocab import full_vocab_cross_entropy
+from sglang_ds41.training.vocab import full_vocab_cross_entropy, positions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -229,8 +229,9 @@ def _plain_step(run: Run, batch) -> None:
     run.vocab.activate(run.model.embed.parametrizations.weight.original, batch.ids)
     hidden = forward_hidden(run.model, run.tables, batch, embed=run.model.embed)
     learn = batch.targets != IGNORE
-    head = run.model.embed.weight[run.vocab.ids]
-    loss = full_vocab_cross_entropy(hidden[learn], head, batch.targets[learn], run.vocab.active)
+    ids = run.vocab.ids
+    head, position = run.model.embed.weight[ids], positions(ids, run.vocab.active.numel())
+    loss = full_vocab_cross_entropy(hidden[learn], head, batch.targets[learn], position)
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in run.optimizer.param_groups for p in group["params"]]

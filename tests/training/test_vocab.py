@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sglang_ds41.training.vocab import VocabRows, full_vocab_cross_entropy, step_with_live_rows
+from sglang_ds41.training.vocab import VocabRows, full_vocab_cross_entropy, positions, step_with_live_rows
 
 
 def test_the_active_rows_loss_equals_cross_entropy_over_every_id():
@@ -17,7 +17,7 @@ def test_the_active_rows_loss_equals_cross_entropy_over_every_id():
     hidden = torch.randn(40, dim, generator=g)
     targets = used[torch.randint(0, used.numel(), (40,), generator=g)]
     expected = torch.nn.functional.cross_entropy(hidden @ weight.T, targets)
-    got = full_vocab_cross_entropy(hidden, weight[rows.ids], targets, rows.active)
+    got = full_vocab_cross_entropy(hidden, weight[rows.ids], targets, positions(rows.ids, vocab))
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     assert int((weight.abs().sum(1) > 0).sum()) == int(rows.active.sum())  # inactive rows stay zero
 
@@ -27,7 +27,9 @@ def test_a_target_without_an_active_row_is_refused():
     weight = torch.zeros(10, 4)
     rows.activate(weight, torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="no active row"):
-        full_vocab_cross_entropy(torch.randn(1, 4), weight[rows.ids], torch.tensor([7]), rows.active)
+        full_vocab_cross_entropy(
+            torch.randn(1, 4), weight[rows.ids], torch.tensor([7]), positions(rows.ids, 10)
+        )
 
 
 def test_the_loss_wants_exactly_the_active_rows():
@@ -35,7 +37,7 @@ def test_the_loss_wants_exactly_the_active_rows():
     weight = torch.zeros(10, 4)
     rows.activate(weight, torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="expected the 2 active rows, got 10"):
-        full_vocab_cross_entropy(torch.randn(1, 4), weight, torch.tensor([1]), rows.active)
+        full_vocab_cross_entropy(torch.randn(1, 4), weight, torch.tensor([1]), positions(rows.ids, 10))
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.05])
