@@ -89,3 +89,49 @@ def test_a_few_rows_of_a_wide_hidden_size_give_the_plain_products(dtype, tokens)
     got = fast.logits(layer, h)
     want = F.linear(h, layer.weight)
     assert float((got - want).abs().max() / want.abs().max()) < tolerance
+
+
+def bf16_valued_head(zero_share: float, vocab: int = 5003, width: int = 72) -> nn.Linear:
+    """A float32 head of BF16 values, as the backend loads every checkpoint's (odd sizes: rows
+    not a multiple of the loop's four, a width not one of the vector's)."""
+    gen = torch.Generator().manual_seed(vocab)
+    layer = nn.Linear(width, vocab, bias=False).requires_grad_(False)
+    layer.weight.copy_(torch.randn(vocab, width, generator=gen).bfloat16().float())
+    layer.weight[torch.rand(vocab, generator=gen) < zero_share] = 0
+    return layer
+
+
+@pytest.mark.parametrize("zero_share", [0.0, 0.8])
+@pytest.mark.parametrize("tokens", [1, 3, fast.KERNEL_ROWS, fast.KERNEL_ROWS + 1])
+def test_a_head_of_bf16_values_gives_the_gemms_logits(zero_share, tokens):
+    layer = bf16_valued_head(zero_share)
+    h = torch.randn(tokens, layer.weight.shape[1], generator=torch.Generator().manual_seed(tokens))
+    got = fast.logits(layer, h)
+    want = F.linear(h.double(), layer.weight.double())
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-6
+    zero = layer.weight.eq(0).all(dim=1)
+    assert torch.equal(got[:, zero], torch.zeros_like(got[:, zero]))
+
+
+def test_a_requests_logits_do_not_depend_on_its_batch():
+    """The compiled loop sums each logit alone: a row computed with 31 others gives the bits it
+    gives by itself (BLAS makes no such promise)."""
+    layer = bf16_valued_head(0.5)
+    h = torch.randn(fast.KERNEL_ROWS, layer.weight.shape[1], generator=torch.Generator().manual_seed(1))
+    batch = fast.logits(layer, h)
+    for t in (0, 5, fast.KERNEL_ROWS - 1):
+        assert torch.equal(fast.logits(layer, h[t : t + 1]), batch[t : t + 1])
+
+
+def test_a_bf16_valued_weight_changed_in_place_is_seen():
+    layer = bf16_valued_head(0.8)
+    h = torch.randn(2, layer.weight.shape[1], generator=torch.Generator().manual_seed(2))
+    fast.logits(layer, h)
+    zero = layer.weight.eq(0).all(dim=1)
+    row = int(zero.nonzero()[0])
+    layer.weight[row] = 1.0
+    layer.weight[int((~zero).nonzero()[-1])] *= 2
+    assert torch.allclose(fast.logits(layer, h), F.linear(h, layer.weight), rtol=1e-5, atol=1e-5)
+    layer.weight[row, 0] = 1.0 + 2**-20  # no longer a BF16 value: the plain path takes it
+    assert torch.allclose(fast.logits(layer, h), F.linear(h, layer.weight), rtol=1e-5, atol=1e-5)

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import numba
 import numpy as np
 import torch
 
 from sglang_ds41 import formats
 from sglang_ds41.checkpoint.convert.recode import split_rows
+from sglang_ds41.fast.jit import compiled
 from sglang_ds41.formats.engram import ENGRAM_FORMATS, EngramFormat, engram_format
 
 REPORT_FILE = "engram_quality.json"
@@ -69,17 +69,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return e4m3.double().numpy(), pow2.numpy(), e2m1.numpy(), e4m3.numpy().astype(np.float32)
 
 
-def _fast(fn=None, **options):
-    """Compiled with float reassociation (vectorised sums). Each row's figures still depend only
-    on that row's bytes, never on how rows are chunked or split over threads."""
-    flags = dict(nogil=True, boundscheck=False, fastmath={"reassoc", "contract"}, **options)
-    try:
-        return numba.njit(cache=True, **flags)(fn)
-    except RuntimeError:  # no cache locator (read-only install): see `fast.jit.compiled`
-        return numba.njit(**flags)(fn)
-
-
-@_fast
+@compiled(reassociate=True)
 def _value(fmt, w, r, i, e4m3, e2m1):
     """Value i of row r in units of its block scale: an E4M3 byte (FP8) or an E2M1 nibble."""
     if fmt == 0:
@@ -87,7 +77,7 @@ def _value(fmt, w, r, i, e4m3, e2m1):
     return e2m1[(w[r, i >> 1] >> ((i & 1) << 2)) & 15]
 
 
-@_fast
+@compiled(reassociate=True)
 def _unit(fmt, s, r, j, ws2, pow2, e4m3_f32):
     """The scale of 16-value piece j of row r: E8M0 per 32 (FP8, MXFP4) or E4M3 x global (NVFP4)."""
     if fmt == 2:
@@ -95,7 +85,7 @@ def _unit(fmt, s, r, j, ws2, pow2, e4m3_f32):
     return pow2[s[r, j >> 1]]
 
 
-@_fast
+@compiled(reassociate=True)
 def _row_quality(
     src_fmt, sw, ss, out_fmt, ow, os_, ws2, width, e4m3, pow2, e2m1, e4m3_f32, cos, rel, kind, blocks
 ):
