@@ -15,7 +15,7 @@ COMPILED_DTYPES = (torch.float32, torch.float64)
 T = TypeVar("T")
 
 
-def compiled(fn=None, *, reassociate: bool = False):
+def compiled(fn=None, *, reassociate: bool = False, ieee_division: bool = False):
     """numba's njit (GIL released) with its on-disk cache where it can write one, which saves
     ~0.3 s per process; without it where it cannot (read-only install and home): numba
     refuses `cache=True` at decoration time there, which would make a module unimportable.
@@ -23,12 +23,16 @@ def compiled(fn=None, *, reassociate: bool = False):
     `reassociate=True` (`@compiled(reassociate=True)`) lets LLVM reorder float sums and fuse
     multiply-adds, which vectorises a dot product: the result is within rounding of the loop as
     written, and still a function of the loop's own inputs only (the same row gives the same
-    bits whatever else the call computes)."""
+    bits whatever else the call computes). `ieee_division=True` divides as numpy and torch do
+    (x / 0 is inf or NaN) instead of checking for zero to raise as Python does: the check keeps
+    a loop of divisions from vectorising; the quotients are the same IEEE ones."""
     if fn is None:
-        return lambda f: compiled(f, reassociate=reassociate)
+        return lambda f: compiled(f, reassociate=reassociate, ieee_division=ieee_division)
     flags = dict(nogil=True, boundscheck=False)
     if reassociate:
         flags["fastmath"] = {"reassoc", "contract"}
+    if ieee_division:
+        flags["error_model"] = "numpy"
     try:
         return numba.njit(cache=True, **flags)(fn)
     except RuntimeError:  # "cannot cache function ...: no locator available"

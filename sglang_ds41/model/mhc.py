@@ -20,6 +20,7 @@ An assembler therefore runs, per sublayer:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -47,6 +48,9 @@ def sinkhorn(z: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
     return c
 
 
+Sinkhorn = Callable[[torch.Tensor, int, float], torch.Tensor]
+
+
 class HyperConnection(nn.Module):
     """One site's coefficients; parameters are named like the checkpoint's
     `hc_{attn,ffn}_{fn,base,scale}` (the assembler maps them)."""
@@ -62,22 +66,29 @@ class HyperConnection(nn.Module):
         self.base = nn.Parameter(torch.zeros((2 + hc) * hc))
         self.scale = nn.Parameter(torch.ones(3))
 
-    def forward(self, r: torch.Tensor) -> HcCoeffs:
+    def forward(self, r: torch.Tensor, normalise: Sinkhorn = sinkhorn) -> HcCoeffs:
+        """`normalise`: `sinkhorn` or a function equal to it (the trainer's, with its gradient)."""
         flat = upcast(r).flatten(1)  # [T, hc*D]
         # Unweighted RMS over all hc*D values, applied after the GEMM (same as before it).
         m = (flat @ upcast(self.fn).T) * rms_scale(flat, self.norm_eps)  # [T, (2+hc)*hc]
         base, scale = upcast(self.base), upcast(self.scale)
-        return split_mixes(m, base, scale, self.hc, self.sinkhorn_iters, self.hc_eps)
+        return split_mixes(m, base, scale, self.hc, self.sinkhorn_iters, self.hc_eps, normalise)
 
 
 def split_mixes(
-    m: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, hc: int, iters: int, eps: float
+    m: torch.Tensor,
+    base: torch.Tensor,
+    scale: torch.Tensor,
+    hc: int,
+    iters: int,
+    eps: float,
+    normalise: Sinkhorn = sinkhorn,
 ) -> HcCoeffs:
     """The site's mixes `m [T, (2+hc)*hc]` (pre | post | comb logits, row-major) -> coefficients."""
     pre = torch.sigmoid(m[:, :hc] * scale[0] + base[:hc]) + eps
     post = 2 * torch.sigmoid(m[:, hc : 2 * hc] * scale[1] + base[hc : 2 * hc])
     z = (m[:, 2 * hc :] * scale[2] + base[2 * hc :]).unflatten(-1, (hc, hc))  # [T, hc, hc]
-    return HcCoeffs(pre, post, sinkhorn(z, iters, eps))
+    return HcCoeffs(pre, post, normalise(z, iters, eps))
 
 
 def first_pre(r: torch.Tensor) -> torch.Tensor:

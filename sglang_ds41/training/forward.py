@@ -40,6 +40,7 @@ from sglang_ds41.model.roles import LayerRole
 from sglang_ds41.reference.model import Transformer
 
 from .quant import ROUNDING
+from .sinkhorn import sinkhorn
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,11 @@ def forward_hidden(
             index = tables.layer_ids.index(block.layer)
             rows = tables.lookup(index, batch.engram_rows[:, index])
             r = EngramGate.forward(block.engram, r, rows)
-        coeffs = block.hc_attn(r)
+        coeffs = block.hc_attn(r, normalise=sinkhorn)
         y = attention(block.attn, block.attn_norm(collapse(r, pre)), chunks, published)
         r = expand(r, y, coeffs.post, coeffs.comb)
         pre = coeffs.pre
-        coeffs = block.hc_ffn(r)
+        coeffs = block.hc_ffn(r, normalise=sinkhorn)
         y = block.ffn(block.ffn_norm(collapse(r, pre)))
         r = expand(r, y, coeffs.post, coeffs.comb)
         pre = coeffs.pre
