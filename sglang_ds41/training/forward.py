@@ -63,6 +63,16 @@ class Batch:
         """This batch's sequences, then `other`'s: one step learns from both."""
         return Batch(*(torch.cat([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)))
 
+    def by_length(self) -> Batch:
+        """The same sequences, shortest first (stable): the attention runs over sequences of
+        like length together (`length_groups`)."""
+        order = torch.argsort(self.lengths, stable=True)
+        if torch.equal(order, torch.arange(order.numel())):
+            return self
+        offsets = self.chunks.offsets
+        rows = torch.cat([torch.arange(offsets[b], offsets[b + 1]) for b in order.tolist()])
+        return Batch(self.ids[rows], self.lengths[order], self.engram_rows[rows], self.targets[rows])
+
 
 class EngramTables(nn.Module):
     """The Engram tables of the trained layers as float parameters `[rows, head_dim]` each.
@@ -122,12 +132,47 @@ def attention(attn: Attention, x: torch.Tensor, chunks: Chunks, published: Publi
     if attn.role is not LayerRole.WINDOW:
         entries = published.compressed[attn.kv_source].kv
     if sees_everything(attn, chunks):
-        o = banded_attention(attn, projected.q, projected.window_kv, entries, chunks)
+        o = torch.cat(
+            [
+                banded_attention(
+                    attn,
+                    projected.q[tokens],
+                    projected.window_kv[tokens],
+                    None if entries is None else entries[entry_rows],
+                    group,
+                )
+                for group, tokens, entry_rows in length_groups(chunks, attn.ratio)
+            ]
+        )
     else:
         with torch.no_grad():
             ids = attn.select(x, projected, chunks, view, published)  # [T, W + k] pool rows, -1 = none
         o = masked_attention(attn, projected.q, projected.window_kv, entries, ids, chunks)
     return attn.project_out(o, chunks.positions)
+
+
+def length_groups(chunks: Chunks, ratio: int) -> list[tuple[Chunks, slice, slice]]:
+    """The batch's runs of consecutive sequences with the same number of BAND_BLOCK query
+    blocks: (their chunks, their token rows, their entry rows at `ratio`). Attention is per
+    sequence, so a run at a time is the same attention; a sequence padded to the batch's
+    longest would cost as much as the longest (drills of ~100 tokens beside conversations of
+    ~800 padded a step's attention to ~4x its tokens)."""
+    blocks = torch.div(chunks.lengths + BAND_BLOCK - 1, BAND_BLOCK, rounding_mode="floor").tolist()
+    offsets = chunks.offsets.tolist()
+    entry_offsets = chunks.entry_offsets(max(ratio, 1)).tolist()
+    groups, first = [], 0
+    for b in range(1, len(blocks) + 1):
+        if b == len(blocks) or blocks[b] != blocks[first]:
+            lengths = chunks.lengths[first:b]
+            groups.append(
+                (
+                    Chunks(torch.zeros_like(lengths), lengths),
+                    slice(offsets[first], offsets[b]),
+                    slice(entry_offsets[first], entry_offsets[b]),
+                )
+            )
+            first = b
+    return groups
 
 
 def sees_everything(attn: Attention, chunks: Chunks) -> bool:

@@ -1,6 +1,7 @@
 """The trainer's batched forward is the reference model's forward, with gradients."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,7 +11,13 @@ from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.reference.model import Transformer
 from sglang_ds41.reference.weights import load_reference
 from sglang_ds41.training.config import trained_config
-from sglang_ds41.training.forward import Batch, EngramTables, forward_hidden, sees_everything
+from sglang_ds41.training.forward import (
+    Batch,
+    EngramTables,
+    forward_hidden,
+    length_groups,
+    sees_everything,
+)
 from sglang_ds41.training.quant import fp8_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -83,9 +90,24 @@ def test_a_batch_equals_the_reference_when_every_entry_is_seen(ckpt):
         p.data = fp8_rows(p.data.normal_(generator=g))
     for layer, p in zip(config.text.engram_layer_ids, tables.tables, strict=True):
         model.layers[layer].engram.table = _FloatTable(p.data)
-    batch, _ = _batch(model, [300, 129, 7])
+    # Runs of one to two sequences of 1, 2 or 3 query blocks: attended run by run.
+    lengths = [300, 129, 200, 7, 250, 5]
+    batch, _ = _batch(model, lengths)
+    assert [int(g.lengths.sum()) for g, _, _ in length_groups(batch.chunks, 1)] == [300, 329, 7, 250, 5]
     assert all(sees_everything(b.attn, batch.chunks) for b in model.layers)
-    _check_against_reference(model, tables, [300, 129, 7])
+    _check_against_reference(model, tables, lengths)
+
+
+def test_sorting_a_batch_by_length_moves_whole_sequences(ckpt):
+    model = load_reference(ckpt, dtype=torch.float32)
+    batch, seqs = _batch(model, [40, 9, 23, 9])
+    batch = replace(batch, targets=batch.targets + 1)
+    sorted_ = batch.by_length()
+    assert sorted_.lengths.tolist() == [9, 9, 23, 40]
+    order = [1, 3, 2, 0]  # stable: the first 9 stays first
+    assert torch.equal(sorted_.ids, torch.cat([seqs[i] for i in order]))
+    assert torch.equal(sorted_.targets, sorted_.ids + 1)
+    assert torch.equal(sorted_.engram_rows, torch.cat([model.hasher.hash_sequence(seqs[i]) for i in order]))
 
 
 def test_every_trained_parameter_gets_a_gradient(ckpt):
