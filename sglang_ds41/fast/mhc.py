@@ -21,7 +21,7 @@ from sglang_ds41.model.norm import RMSNorm, upcast
 from .jit import compiled, compiles, numpy_of, prepared
 
 
-@compiled
+@compiled(ieee_division=True)
 def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
     """m [T, (2+hc)*hc] = flat @ fn^T -> pre, post, comb (split_mixes of m * rms_scale(flat))."""
     t_rows, width = flat.shape
@@ -53,7 +53,7 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
             _normalise(c.T, hc_eps)
 
 
-@compiled
+@compiled(ieee_division=True)
 def _normalise(c, eps):
     """Each row of c divided by (its sum + eps), in place (c.T: the columns)."""
     n = c.shape[0]
@@ -88,7 +88,7 @@ def _site_weights(site: HyperConnection, dtype: torch.dtype) -> tuple[torch.Tens
     return fn_t, numpy_of(site.base.detach().to(dtype)), numpy_of(site.scale.detach().to(dtype))
 
 
-@compiled
+@compiled(ieee_division=True)
 def _collapse_norm(r, pre, weight, eps, out):
     """The sums run along D (contiguous, so they vectorise), each element's terms in the
     order k = 0..hc-1 as before."""
@@ -118,7 +118,7 @@ def collapse_norm(r: torch.Tensor, pre: torch.Tensor, norm: RMSNorm) -> torch.Te
     return out
 
 
-@compiled
+@compiled(ieee_division=True)
 def _expand(r, y, post, comb, out):
     """Accumulates in `out` along D (contiguous: 9x faster than a sum per element at T = 512),
     each element's terms in the oracle's order, rounded to out's dtype at every step: the
