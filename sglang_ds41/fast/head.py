@@ -11,24 +11,29 @@ differently, so they can differ from the whole GEMM's in the last bit, as the ba
 fast paths may. A non-finite hidden state would make the whole GEMM's zero rows NaN; here they
 stay 0 (the final RMSNorm keeps hidden states finite).
 
-A decode step's few rows against a hidden size of 128 or more go through the product the other
-way round, W h^T: one GEMM whose long side is the vocabulary. MKL's kernels for h W^T with a
-handful of rows (its GEMV for one) read a head that does not fit the caches at ~7 GB/s here;
-W h^T streams it at ~16 GB/s (one thread, float32, measured on this project's 2-core CPUs,
-median of 9 alternating runs: 129,280 x 128 at 1 / 2 / 4 / 8 rows 9.0 / 17.9 / 11.7 / 12.8 ms
--> 4.1 / 4.7 / 6.7 / 10.3 ms; the 39,078 nonzero rows of the trained model at 1 row 3.0 -> 1.4
-ms). Past 8 rows, and at hidden 64, the plain product was as fast or faster, so it stays. The
-same dot products, summed in another blocking: within float rounding of h W^T.
-
 A head whose float32 values are all BF16 values (every checkpoint's: the layout stores the
-head in BF16, MODEL.md §3) is computed, for up to KERNEL_ROWS rows, by a compiled loop over
-its BF16 bits: half the bytes of the float32 copy, each row widened to float32 as it is read
-(exact), every logit one float32 dot product with its sum vectorised. It writes the nonzero
-rows' logits into their columns, with no compact result to scatter. Measured (one thread,
-median of 7; 129,280 x 128, 1 / 8 / 16 / 32 rows): 1.6 / 5.4 / 11.0 / 19.6 ms against the
-paths above's 4.1 / 10.2 / 16.1 / 23.4; at hidden 64 1.3 / 2.9 / 5.9 / 11.5 against 2.2 /
-6.5 / 8.2 / 12.3, and past 32 rows there no faster. Each logit is summed the same way whatever
-else the call computes, so a request's logits do not depend on the batch it is in.
+head in BF16, MODEL.md §8.5), at a hidden size of at most KERNEL_HIDDEN, is computed for up to
+KERNEL_ROWS rows by a compiled loop over its BF16 bits: half the bytes of the float32 copy,
+each row widened to float32 as it is read (exact), every logit one float32 dot product with its
+sum vectorised. It writes the nonzero rows' logits into their columns, with no compact result
+to scatter. Measured (one thread, median of 7; 129,280 x 128, 1 / 8 / 16 / 32 rows): 1.6 /
+5.4 / 11.0 / 19.6 ms against the BLAS paths below's 4.1 / 10.2 / 16.1 / 23.4; at hidden 64
+1.3 / 2.9 / 5.9 / 11.5 against 2.2 / 6.5 / 8.2 / 12.3, and past 32 rows there no faster; a
+decode step (512 tokens of context, old and new code in turns) 0.94x / 0.90x at batch 1 / 16
+for the tiny size, 0.88x / 0.91x at the trained shape, 0.93x / 0.92x for the shipped model.
+On this path each logit is summed from its own row alone, so a request's logits do not
+depend on the other requests of its batch (up to KERNEL_ROWS rows; the BLAS paths make no
+such promise).
+
+Other heads (float64, or values that are not BF16) go through BLAS; a decode step's few rows
+against a hidden size of 128 or more through the product the other way round, W h^T: one GEMM
+whose long side is the vocabulary. MKL's kernels for h W^T with a handful of rows (its GEMV for
+one) read a head that does not fit the caches at ~7 GB/s here; W h^T streams it at ~16 GB/s
+(one thread, float32, measured on this project's 2-core CPUs, median of 9 alternating runs:
+129,280 x 128 at 1 / 2 / 4 / 8 rows 9.0 / 17.9 / 11.7 / 12.8 ms -> 4.1 / 4.7 / 6.7 / 10.3 ms;
+the 39,078 nonzero rows of the trained model at 1 row 3.0 -> 1.4 ms). Past 8 rows, and at
+hidden 64, the plain product was as fast or faster, so it stays. The same dot products, summed
+in another blocking: within float rounding of h W^T.
 """
 
 from __future__ import annotations
@@ -40,15 +45,17 @@ from torch import nn
 
 from sglang_ds41.model.norm import upcast
 
-from .jit import compiled, numpy_of, prepared
+from .jit import compiled, compiles, numpy_of, prepared
 
 # Below this share of zero rows the whole GEMM is as cheap as the gather of the rest.
 MIN_ZERO_SHARE = 0.25
 # Up to this many rows, at a hidden size of at least WIDE_HIDDEN, the head is computed as W h^T.
 FEW_ROWS = 8
 WIDE_HIDDEN = 128
-# Up to this many rows a float32 head of BF16 values goes through the compiled loop.
+# Up to this many rows, at a hidden size of at most KERNEL_HIDDEN (the sizes it was measured
+# at, and a little more), a float32 head of BF16 values goes through the compiled loop.
 KERNEL_ROWS = 32
+KERNEL_HIDDEN = 256
 
 
 def logits(head: nn.Linear, h: torch.Tensor) -> torch.Tensor:
@@ -56,7 +63,7 @@ def logits(head: nn.Linear, h: torch.Tensor) -> torch.Tensor:
     dtype, skipping the rows that are all zero."""
     h = upcast(h)
     weight = lambda: head.weight.detach().to(h.dtype)  # noqa: E731
-    if h.dtype == torch.float32 and h.shape[0] <= KERNEL_ROWS:
+    if h.dtype == torch.float32 and compiles(h) and h.shape[0] <= KERNEL_ROWS and h.shape[1] <= KERNEL_HIDDEN:
         packed = prepared(head, "_bf16_rows", lambda: _bf16_rows(weight()), head.weight)
         if packed is not None:
             rows, bits = packed

@@ -3,8 +3,10 @@
 The reference runtime (`reference/model.py`) feeds one request at a time under `no_grad`; the
 trainer needs many sequences at once and gradients. This module drives the *same* modules
 (`Block.engram` gate, `hc_attn` / `hc_ffn`, `Attention.project` and `Attention.select`, `MoE`,
-the norms) over a varlen batch of sequences that all start at position 0, and replaces only
-the last step of attention:
+the norms) over a varlen batch of sequences that all start at position 0; the mHC sites'
+Sinkhorn runs as `training.sinkhorn` (the same values and gradients bit for bit, faster; its
+own tests compare the two, the float64 comparisons below take the oracle), and only the last
+step of attention is replaced:
 
 * `Attention.attend` gathers each token's `W + k` rows and multiplies them out one token at a
   time (`sparse_attention`), which is exact and cheap for decode but, for a training batch,
@@ -71,7 +73,9 @@ class Batch:
             return self
         offsets = self.chunks.offsets
         rows = torch.cat([torch.arange(offsets[b], offsets[b + 1]) for b in order.tolist()])
-        return Batch(self.ids[rows], self.lengths[order], self.engram_rows[rows], self.targets[rows])
+        return Batch(
+            **{f.name: getattr(self, f.name)[order if f.name == "lengths" else rows] for f in fields(self)}
+        )
 
 
 class EngramTables(nn.Module):
@@ -141,7 +145,7 @@ def attention(attn: Attention, x: torch.Tensor, chunks: Chunks, published: Publi
                     None if entries is None else entries[entry_rows],
                     group,
                 )
-                for group, tokens, entry_rows in length_groups(chunks, attn.ratio)
+                for group, tokens, entry_rows in length_groups(attn, chunks)
             ]
         )
     else:
@@ -151,13 +155,16 @@ def attention(attn: Attention, x: torch.Tensor, chunks: Chunks, published: Publi
     return attn.project_out(o, chunks.positions)
 
 
-def length_groups(chunks: Chunks, ratio: int) -> list[tuple[Chunks, slice, slice]]:
-    """The batch's runs of consecutive sequences with the same number of BAND_BLOCK query
-    blocks: (their chunks, their token rows, their entry rows at `ratio`). Attention is per
-    sequence, so a run at a time is the same attention; a sequence padded to the batch's
-    longest would cost as much as the longest (drills of ~100 tokens beside conversations of
-    ~800 padded a step's attention to ~4x its tokens)."""
-    blocks = torch.div(chunks.lengths + BAND_BLOCK - 1, BAND_BLOCK, rounding_mode="floor").tolist()
+def length_groups(attn: Attention, chunks: Chunks) -> list[tuple[Chunks, slice, slice]]:
+    """The batch's runs of consecutive sequences with the same number of `banded_attention`
+    query blocks: (their chunks, their token rows, their entry rows at the layer's ratio; a
+    window layer has no entries, its entry slice is unused). Attention is per sequence, so a
+    run at a time is the same attention; a sequence padded to the batch's longest costs as
+    much as the longest (drills of ~100-180 tokens beside conversations of up to ~800 padded
+    a step's attention to 2-4x its tokens)."""
+    ratio = attn.ratio
+    block = query_block(attn)
+    blocks = torch.div(chunks.lengths + block - 1, block, rounding_mode="floor").tolist()
     offsets = chunks.offsets.tolist()
     entry_offsets = chunks.entry_offsets(max(ratio, 1)).tolist()
     groups, first = [], 0
@@ -219,6 +226,11 @@ def _sink_attention(attn: Attention, q: torch.Tensor, keys: torch.Tensor, mask: 
 BAND_BLOCK = 128
 
 
+def query_block(attn: Attention) -> int:
+    """Query rows per block of `banded_attention` for this layer (at least its window)."""
+    return max(BAND_BLOCK, attn.window)
+
+
 def banded_attention(
     attn: Attention, q: torch.Tensor, window_kv: torch.Tensor, entries: torch.Tensor | None, chunks: Chunks
 ) -> torch.Tensor:
@@ -228,7 +240,7 @@ def banded_attention(
     lengths, offsets = chunks.lengths, chunks.offsets
     longest = int(lengths.max())
     h, dh, window = attn.n_heads, attn.head_dim, attn.window
-    block = max(BAND_BLOCK, window)
+    block = query_block(attn)
     qp = _padded(q.flatten(1), offsets, lengths, longest).unflatten(-1, (h, dh)).transpose(1, 2)
     kv = _padded(window_kv, offsets, lengths, longest)  # [B, L, Dh]
     if entries is not None:

@@ -1,8 +1,9 @@
 """`model.mhc.sinkhorn` with its gradient, as two compiled loops instead of ~120 autograd ops.
 
 A training step runs the Sinkhorn of 16 hyper-connection sites over every token of the batch
-(~6,000): 20 rounds of a sum and a division each way on [T, 4, 4], and autograd's backward of
-every one of them. As torch ops that is ~0.5 s of a ~3 s step, nearly all of it passes over a
+(~6,000): after the softmax, 39 normalisations (20 of the columns, 19 of the rows), each a sum
+and a division on [T, 4, 4], and autograd's backward of every one of them. As torch ops that
+is ~0.4-0.5 s of a ~3 s step, nearly all of it passes over a
 few hundred kilobytes per op. Here the rounds after the softmax run as one loop over the
 tokens, and the backward as one more that recomputes each token block's rounds (nothing is
 kept but the softmax) and walks them back.
@@ -33,7 +34,9 @@ BLOCK = 64
 def sinkhorn(z: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
     """`model.mhc.sinkhorn(z, iters, eps)` for float32 z [..., n, n] on the CPU, n <= 4
     (anything else: the oracle itself)."""
-    if z.dtype != torch.float32 or z.device.type != "cpu" or iters < 1 or z.shape[-1] > SEQUENTIAL_SUM:
+    n = z.shape[-1]
+    square = z.dim() >= 2 and z.shape[-2] == n
+    if z.dtype != torch.float32 or z.device.type != "cpu" or iters < 1 or n > SEQUENTIAL_SUM or not square:
         return mhc.sinkhorn(z, iters, eps)
     return _Rounds.apply(torch.softmax(z, dim=-1), iters, eps)
 
@@ -43,19 +46,20 @@ class _Rounds(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, soft: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
-        columns = _token_last(soft)  # [n, n, T]
-        out = torch.empty_like(columns)
-        _forward(numpy_of(columns), iters, np.float32(eps), numpy_of(out))
-        ctx.save_for_backward(columns)
+        soft_t = _token_last(soft)  # [n, n, T]
+        out = torch.empty_like(soft_t)
+        _forward(numpy_of(soft_t), iters, np.float32(eps), numpy_of(out))
+        ctx.save_for_backward(soft_t)
         ctx.iters, ctx.eps, ctx.shape = iters, eps, soft.shape
         return _token_first(out, soft.shape)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the loops are not differentiable again
     def backward(ctx, grad: torch.Tensor):
-        (columns,) = ctx.saved_tensors
+        (soft_t,) = ctx.saved_tensors
         g = _token_last(grad)
         out = torch.empty_like(g)
-        _backward(numpy_of(columns), numpy_of(g), ctx.iters, np.float32(ctx.eps), numpy_of(out))
+        _backward(numpy_of(soft_t), numpy_of(g), ctx.iters, np.float32(ctx.eps), numpy_of(out))
         return _token_first(out, ctx.shape), None, None
 
 
@@ -72,30 +76,30 @@ def _token_first(x: torch.Tensor, shape: torch.Size) -> torch.Tensor:
 
 
 @compiled(ieee_division=True)
-def _sums(c, a, rows, width, eps, d):
+def _sums(c, a, rows, tokens, eps, d):
     """d[t] = the sum of c's row (`rows`) or column `a` over its n entries + eps, for t <
-    width: sequential, as torch sums 4 values. Loops run over t innermost (vectorised)."""
+    tokens: sequential, as torch sums 4 values. Loops run over t innermost (vectorised)."""
     n = c.shape[0]
-    for t in range(width):
+    for t in range(tokens):
         d[t] = c[a, 0, t] if rows else c[0, a, t]
     for b in range(1, n):
         x = c[a, b] if rows else c[b, a]
-        for t in range(width):
+        for t in range(tokens):
             d[t] += x[t]
-    for t in range(width):
+    for t in range(tokens):
         d[t] += eps
 
 
 @compiled(ieee_division=True)
-def _normalise(c, eps, width, rows, d):
-    """c[j, k, t] /= (its row's or column's sum + eps) for t < width: each row a of c (over
+def _normalise(c, eps, tokens, rows, d):
+    """c[j, k, t] /= (its row's or column's sum + eps) for t < tokens: each row a of c (over
     k) when `rows`, else each column (over j); d[a] keeps the divisors."""
     n = c.shape[0]
     for a in range(n):
-        _sums(c, a, rows, width, eps, d[a])
+        _sums(c, a, rows, tokens, eps, d[a])
         for b in range(n):
             x = c[a, b] if rows else c[b, a]
-            for t in range(width):
+            for t in range(tokens):
                 x[t] = x[t] / d[a, t]
 
 
@@ -137,17 +141,17 @@ def _backward(soft, grad, iters, eps, out):
     acc = np.empty(BLOCK, np.float32)
     for t0 in range(0, tokens, BLOCK):
         t1 = min(t0 + BLOCK, tokens)
-        width = t1 - t0
+        count = t1 - t0
         _first(soft, eps, t0, t1, states[0])
         for i in range(steps):
             states[i + 1] = states[i]
-            _normalise(states[i + 1], eps, width, i % 2 == 1, d[i])
+            _normalise(states[i + 1], eps, count, i % 2 == 1, d[i])
         for j in range(n):
             for k in range(n):
-                for t in range(width):
+                for t in range(count):
                     g[j, k, t] = grad[j, k, t0 + t]
         for i in range(steps - 1, -1, -1):
-            # out = c / d with d = sum(c) + eps: autograd gives c  g / d  from the division
+            # out = c / d with d = sum(c) + eps: autograd gives c the gradient g / d from the division
             # and, from the sum, the sum of -g * ((c / d) / d) over the normalised index,
             # where c / d is the step's output, bit for bit.
             quotient = states[i + 1]
@@ -156,18 +160,18 @@ def _backward(soft, grad, iters, eps, out):
                 divisor = d[i, a]
                 x = quotient[a, 0] if rows else quotient[0, a]
                 y = g[a, 0] if rows else g[0, a]
-                for t in range(width):
+                for t in range(count):
                     acc[t] = -y[t] * (x[t] / divisor[t])
                 for b in range(1, n):
                     x = quotient[a, b] if rows else quotient[b, a]
                     y = g[a, b] if rows else g[b, a]
-                    for t in range(width):
+                    for t in range(count):
                         acc[t] += -y[t] * (x[t] / divisor[t])
                 for b in range(n):
                     y = g[a, b] if rows else g[b, a]
-                    for t in range(width):
+                    for t in range(count):
                         y[t] = y[t] / divisor[t] + acc[t]
         for j in range(n):
             for k in range(n):
-                for t in range(width):
+                for t in range(count):
                     out[j, k, t0 + t] = g[j, k, t]

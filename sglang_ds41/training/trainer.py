@@ -176,6 +176,7 @@ class Run:
                     batch = packed.batch
                     if s.drill_share > 0:
                         batch = batch.join(self._drills(round(s.drill_share * s.batch_tokens)))
+                batch = batch.by_length()  # like lengths attend together (forward.length_groups)
                 loss, n_tokens = self.optimize(batch)
                 if not drilling:
                     self.position = (packed.window_start, packed.in_window + 1)
@@ -209,7 +210,6 @@ class Run:
         """One optimizer step on `batch` at the schedule's learning rate; advances `step`.
         Returns the loss and the batch's token count. `train` feeds it the corpus and drills;
         a diagnostic may feed it anything (benchmarks/copy_circuit.py)."""
-        batch = batch.by_length()  # like lengths attend together (forward.length_groups)
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(self.step)
         rounding = self.step >= self.settings.qat_from * self.settings.steps

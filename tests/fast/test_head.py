@@ -135,3 +135,11 @@ def test_a_bf16_valued_weight_changed_in_place_is_seen():
     assert torch.allclose(fast.logits(layer, h), F.linear(h, layer.weight), rtol=1e-5, atol=1e-5)
     layer.weight[row, 0] = 1.0 + 2**-20  # no longer a BF16 value: the plain path takes it
     assert torch.allclose(fast.logits(layer, h), F.linear(h, layer.weight), rtol=1e-5, atol=1e-5)
+
+
+def test_no_rows_and_a_strided_hidden_state():
+    layer = bf16_valued_head(0.5)
+    assert fast.logits(layer, torch.zeros(0, layer.weight.shape[1])).shape == (0, layer.weight.shape[0])
+    wide = torch.randn(3, 2 * layer.weight.shape[1], generator=torch.Generator().manual_seed(3))
+    h = wide[:, ::2]  # every other column: not contiguous
+    assert torch.equal(fast.logits(layer, h), fast.logits(layer, h.contiguous()))

@@ -60,3 +60,10 @@ def test_a_view_of_the_mixes_as_the_site_passes_it():
 def test_float64_takes_the_oracle():
     z = torch.randn(6, 4, 4, dtype=torch.float64)
     assert torch.equal(sinkhorn(z, 20, 1e-6), oracle(z, 20, 1e-6))
+
+
+def test_no_tokens():
+    z = torch.zeros(0, 4, 4, requires_grad=True)
+    out = sinkhorn(z, 20, 1e-6)
+    out.sum().backward()
+    assert out.shape == (0, 4, 4) and z.grad.shape == (0, 4, 4)
