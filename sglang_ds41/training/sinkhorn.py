@@ -26,8 +26,8 @@ from sglang_ds41.model import mhc
 # torch sums up to 4 values in order (x0 + x1 + x2 + x3); more it sums in interleaved partial
 # sums, which these loops do not copy: larger matrices take the oracle (V4.1's are 4 x 4).
 SEQUENTIAL_SUM = 4
-# Tokens per block of the backward: its recomputed rounds, 2 x iterations x n x n x BLOCK
-# float32 (327 KB at 20 rounds, n 4), stay in the cache.
+# Tokens per block of the loops: a block's rounds, 2 x iterations x n x n x BLOCK float32
+# (164 KB at 20 rounds, n 4), stay in the cache.
 BLOCK = 64
 
 
@@ -114,19 +114,28 @@ def _first(soft, eps, t0, t1, c):
 
 
 @compiled(ieee_division=True)
+def _rounds(soft, iters, eps, t0, t1, states, d):
+    """Tokens [t0, t1)'s rounds: states[0] the softmax + eps, states[i + 1] the output of step
+    i (columns, then rows and columns iters - 1 times), d[i] its divisors."""
+    _first(soft, eps, t0, t1, states[0])
+    for i in range(2 * iters - 1):
+        states[i + 1] = states[i]
+        _normalise(states[i + 1], eps, t1 - t0, i % 2 == 1, d[i])
+
+
+@compiled(ieee_division=True)
 def _forward(soft, iters, eps, out):
     n, _, tokens = soft.shape
-    c = np.empty((n, n, BLOCK), np.float32)
-    d = np.empty((n, BLOCK), np.float32)
+    steps = 2 * iters - 1
+    states = np.empty((steps + 1, n, n, BLOCK), np.float32)
+    d = np.empty((steps, n, BLOCK), np.float32)
     for t0 in range(0, tokens, BLOCK):
         t1 = min(t0 + BLOCK, tokens)
-        _first(soft, eps, t0, t1, c)
-        for i in range(2 * iters - 1):  # columns, then rows and columns iters - 1 times
-            _normalise(c, eps, t1 - t0, i % 2 == 1, d)
+        _rounds(soft, iters, eps, t0, t1, states, d)
         for j in range(n):
             for k in range(n):
                 for t in range(t0, t1):
-                    out[j, k, t] = c[j, k, t - t0]
+                    out[j, k, t] = states[steps, j, k, t - t0]
 
 
 @compiled(ieee_division=True)
@@ -142,10 +151,7 @@ def _backward(soft, grad, iters, eps, out):
     for t0 in range(0, tokens, BLOCK):
         t1 = min(t0 + BLOCK, tokens)
         count = t1 - t0
-        _first(soft, eps, t0, t1, states[0])
-        for i in range(steps):
-            states[i + 1] = states[i]
-            _normalise(states[i + 1], eps, count, i % 2 == 1, d[i])
+        _rounds(soft, iters, eps, t0, t1, states, d)
         for j in range(n):
             for k in range(n):
                 for t in range(count):
