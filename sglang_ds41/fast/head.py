@@ -92,11 +92,15 @@ def product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def _nonzero_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(ids of the nonzero rows, those rows contiguous), or None when too few rows are zero."""
-    nonzero = weight.ne(0).any(dim=1)
-    if 1 - float(nonzero.float().mean()) < MIN_ZERO_SHARE:
+    rows = _nonzero_ids(weight)
+    if 1 - rows.numel() / weight.shape[0] < MIN_ZERO_SHARE:
         return None
-    rows = nonzero.nonzero().flatten()
     return rows, weight[rows].contiguous()
+
+
+def _nonzero_ids(weight: torch.Tensor) -> torch.Tensor:
+    """The ids of the rows of `weight` that hold a nonzero value, ascending."""
+    return weight.ne(0).any(dim=1).nonzero().flatten()
 
 
 def _bf16_rows(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray] | None:
@@ -107,8 +111,7 @@ def _bf16_rows(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray] | None:
     bits = weight.contiguous().view(torch.int32)
     if bool(bits.bitwise_and(0xFFFF).any()):
         return None
-    nonzero = weight.ne(0).any(dim=1)
-    rows = nonzero.nonzero().flatten()
+    rows = _nonzero_ids(weight)
     high = bits[rows].bitwise_right_shift(16).to(torch.int16)  # the BF16 bits, as a view wants
     return rows.numpy(), high.numpy().view(np.uint16)
 

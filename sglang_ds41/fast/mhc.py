@@ -20,49 +20,85 @@ from sglang_ds41.model.norm import RMSNorm, upcast
 
 from .jit import compiled, compiles, numpy_of, prepared
 
+# Tokens whose Sinkhorn rounds run side by side, one to a SIMD lane (the matrices are 4 x 4:
+# a loop over one matrix's entries is too short to vectorise).
+BLOCK = 64
+
 
 @compiled(ieee_division=True)
 def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
-    """m [T, (2+hc)*hc] = flat @ fn^T -> pre, post, comb (split_mixes of m * rms_scale(flat))."""
+    """m [T, (2+hc)*hc] = flat @ fn^T -> pre, post, comb (split_mixes of m * rms_scale(flat)).
+    The comb rounds run on a block of tokens at a time, laid out [hc, hc, BLOCK] so that every
+    loop over the block vectorises; each entry's arithmetic is the per-token loop's."""
     t_rows, width = flat.shape
     hc = pre.shape[1]
-    for t in range(t_rows):
-        ss = 0.0
-        for i in range(width):
-            ss += flat[t, i] * flat[t, i]
-        r = 1.0 / np.sqrt(ss / width + norm_eps)
-        for k in range(hc):
-            pre[t, k] = 1.0 / (1.0 + np.exp(-(m[t, k] * r * scale[0] + base[k]))) + hc_eps
-            post[t, k] = 2.0 / (1.0 + np.exp(-(m[t, hc + k] * r * scale[1] + base[hc + k])))
-        c = comb[t]
+    w = np.empty((hc, hc, BLOCK), comb.dtype)
+    r = np.empty(BLOCK)
+    top = np.empty(BLOCK)
+    s = np.empty(BLOCK)
+    for t0 in range(0, t_rows, BLOCK):
+        n = min(BLOCK, t_rows - t0)
+        for b in range(n):
+            t = t0 + b
+            ss = 0.0
+            for i in range(width):
+                ss += flat[t, i] * flat[t, i]
+            r[b] = 1.0 / np.sqrt(ss / width + norm_eps)
+            for k in range(hc):
+                pre[t, k] = 1.0 / (1.0 + np.exp(-(m[t, k] * r[b] * scale[0] + base[k]))) + hc_eps
+                post[t, k] = 2.0 / (1.0 + np.exp(-(m[t, hc + k] * r[b] * scale[1] + base[hc + k])))
         for j in range(hc):  # the first round: a row softmax, then columns
-            top = -np.inf
+            top[:n] = -np.inf
             for k in range(hc):
-                z = m[t, 2 * hc + j * hc + k] * r * scale[2] + base[2 * hc + j * hc + k]
-                c[j, k] = z
-                top = max(top, z)
-            s = 0.0
+                col = 2 * hc + j * hc + k
+                for b in range(n):
+                    z = m[t0 + b, col] * r[b] * scale[2] + base[col]
+                    w[j, k, b] = z
+                    top[b] = max(top[b], z)
+            s[:n] = 0.0
             for k in range(hc):
-                c[j, k] = np.exp(c[j, k] - top)
-                s += c[j, k]
+                for b in range(n):
+                    w[j, k, b] = np.exp(w[j, k, b] - top[b])
+                    s[b] += w[j, k, b]
             for k in range(hc):
-                c[j, k] = c[j, k] / s + hc_eps
-        _normalise(c.T, hc_eps)  # columns
+                for b in range(n):
+                    w[j, k, b] = w[j, k, b] / s[b] + hc_eps
+        _normalise_columns(w, s, n, hc_eps)
         for _ in range(iters - 1):
-            _normalise(c, hc_eps)  # rows
-            _normalise(c.T, hc_eps)
+            _normalise_rows(w, s, n, hc_eps)
+            _normalise_columns(w, s, n, hc_eps)
+        for b in range(n):
+            for j in range(hc):
+                for k in range(hc):
+                    comb[t0 + b, j, k] = w[j, k, b]
 
 
 @compiled(ieee_division=True)
-def _normalise(c, eps):
-    """Each row of c divided by (its sum + eps), in place (c.T: the columns)."""
-    n = c.shape[0]
-    for j in range(n):
-        s = 0.0
-        for k in range(n):
-            s += c[j, k]
-        for k in range(n):
-            c[j, k] = c[j, k] / (s + eps)
+def _normalise_rows(w, s, n, eps):
+    """Each row j of the first n matrices w[:, :, b] divided by (its sum + eps), in place."""
+    hc = w.shape[0]
+    for j in range(hc):
+        s[:n] = 0.0
+        for k in range(hc):
+            for b in range(n):
+                s[b] += w[j, k, b]
+        for k in range(hc):
+            for b in range(n):
+                w[j, k, b] = w[j, k, b] / (s[b] + eps)
+
+
+@compiled(ieee_division=True)
+def _normalise_columns(w, s, n, eps):
+    """Each column k of the first n matrices w[:, :, b] divided by (its sum + eps), in place."""
+    hc = w.shape[0]
+    for k in range(hc):
+        s[:n] = 0.0
+        for j in range(hc):
+            for b in range(n):
+                s[b] += w[j, k, b]
+        for j in range(hc):
+            for b in range(n):
+                w[j, k, b] = w[j, k, b] / (s[b] + eps)
 
 
 def coefficients(site: HyperConnection, r: torch.Tensor) -> HcCoeffs:

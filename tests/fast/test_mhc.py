@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,7 +26,7 @@ def parts():
     return cfg, site, norm
 
 
-@pytest.mark.parametrize("tokens", [1, 5, 64])
+@pytest.mark.parametrize("tokens", [1, 5, fast.BLOCK, fast.BLOCK + 1, 2 * fast.BLOCK + 7])
 def test_float64_equals_the_oracle_to_rounding(parts, tokens):
     cfg, site, norm = parts
     gen = torch.Generator().manual_seed(tokens)
@@ -52,6 +53,28 @@ def test_float32_stays_within_float32_rounding(parts):
         )
         < 1e-5
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_tokens_mixes_do_not_depend_on_its_neighbours(dtype):
+    """The Sinkhorn rounds run a block of tokens side by side: each token's coefficients are
+    still the bits it gets alone, wherever it sits in a block."""
+    hc, width, tokens = 4, 32, fast.BLOCK + 9
+    gen = np.random.default_rng(5)
+    flat = gen.standard_normal((tokens, hc * width)).astype(dtype)
+    m = (gen.standard_normal((tokens, (2 + hc) * hc)) * 8).astype(dtype)
+    base, scale = gen.standard_normal((2 + hc) * hc).astype(dtype), gen.standard_normal(3).astype(dtype)
+
+    def mixes(rows: slice) -> tuple[np.ndarray, ...]:
+        n = len(range(tokens)[rows])
+        out = np.empty((n, hc), dtype), np.empty((n, hc), dtype), np.empty((n, hc, hc), dtype)
+        fast._mixes(flat[rows], m[rows], base, scale, 1e-6, 20, 1e-6, *out)
+        return out
+
+    whole = mixes(slice(None))
+    for t in (0, 7, fast.BLOCK - 1, fast.BLOCK, tokens - 1):
+        for a, b in zip(mixes(slice(t, t + 1)), whole, strict=True):
+            assert np.array_equal(a[0], b[t])
 
 
 def test_float32_expand_stays_within_float32_rounding(parts):
