@@ -28,3 +28,11 @@ def v41_tokenizer():
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(TOKENIZER_JSON))
+
+
+def v41_hf_tokenizer():
+    """A new transformers `PreTrainedTokenizerFast` of the V4.1 tokenizer, the form SGLang's chat
+    adapter and xgrammar's `TokenizerInfo` take (new each call: its users may set fields on it)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR))

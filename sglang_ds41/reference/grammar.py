@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from sglang_ds41.assets import TOKENIZER_DIR, v41_tokenizer
+from sglang_ds41.assets import v41_hf_tokenizer, v41_tokenizer
 from sglang_ds41.encoding import RenderedRequest
 from sglang_ds41.encoding.special_tokens import Special
 from sglang_ds41.errors import Ds41Error
@@ -121,9 +121,7 @@ def _xgrammar():
 
 @functools.cache
 def _compiler(vocab_size: int, eos_id: int):
-    from transformers import PreTrainedTokenizerFast
-
     xgrammar = _xgrammar()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR))
+    tokenizer = v41_hf_tokenizer()
     info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=[eos_id])
     return xgrammar.GrammarCompiler(info)

@@ -16,11 +16,9 @@ def recipe_chat_adapter(tokenizer: Any = None) -> Any:
     from sglang.srt.entrypoints.openai.serving_deepseek_recipe import DeepSeekRecipeChatEncodingAdapter
 
     if tokenizer is None:
-        from transformers import PreTrainedTokenizerFast
+        from sglang_ds41.assets import v41_hf_tokenizer
 
-        from sglang_ds41.assets import TOKENIZER_DIR
-
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR))
+        tokenizer = v41_hf_tokenizer()
     handler = SimpleNamespace(tool_call_parser="deepseekv41")
     hooks = ChatOutputHooks(
         thinking_requested=lambda request: OpenAIServingChat._thinking_requested(handler, request),

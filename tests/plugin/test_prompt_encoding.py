@@ -24,13 +24,12 @@ MODEL = "DeepSeek-V4.1-Flash"
 def adapters():
     """(ours, upstream's): the same adapter twice, the first served by the hook."""
     from sglang.srt.plugins import load_plugins
-    from transformers import PreTrainedTokenizerFast
 
-    from sglang_ds41.assets import TOKENIZER_DIR
+    from sglang_ds41.assets import v41_hf_tokenizer
     from sglang_ds41.serve.chat_adapter import recipe_chat_adapter
 
     load_plugins()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR))
+    tokenizer = v41_hf_tokenizer()
     ours, upstream = recipe_chat_adapter(tokenizer), recipe_chat_adapter(tokenizer)
     assert prompt_encoding.encoder_of(ours.deepseek_recipe) is not None
     prompt_encoding._ENCODERS[upstream.deepseek_recipe] = None  # upstream's own encode

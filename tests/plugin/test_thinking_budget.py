@@ -32,12 +32,11 @@ def backend():
     from sglang.srt.parser.reasoning_parser import ReasoningParser
     from sglang.srt.plugins import load_plugins
     from sglang.srt.runtime_context import get_context
-    from transformers import PreTrainedTokenizerFast
 
-    from sglang_ds41.assets import TOKENIZER_DIR
+    from sglang_ds41.assets import TOKENIZER_DIR, v41_hf_tokenizer
 
     load_plugins()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(TOKENIZER_DIR))
+    tokenizer = v41_hf_tokenizer()
     with get_context().override_server_args(model_path=str(TOKENIZER_DIR)):
         inner = XGrammarGrammarBackend(tokenizer, vocab_size=VOCAB, model_eos_token_ids=[Special.EOS.id])
         parser = ReasoningParser(model_type="deepseek-v41", stream_reasoning=False, tokenizer=tokenizer)
