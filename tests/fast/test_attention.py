@@ -9,7 +9,7 @@ import torch
 
 from sglang_ds41.fast import attention as fast
 from sglang_ds41.fast import rope as fast_rope
-from sglang_ds41.model.attention import Attention, AttentionState
+from sglang_ds41.model.attention import Attention, AttentionState, sparse_attention
 from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.norm import RMSNorm
 from sglang_ds41.model.roles import LayerRole
@@ -80,6 +80,27 @@ def test_a_decode_batch_selects_in_the_compiled_loop(layers, monkeypatch):
     monkeypatch.setattr(fast.selection, "select_block", lambda *a: calls.append(1) or select_block(*a))
     check_phases(tiny_config(), layers, CASES["decode batch"])
     assert len(calls) == sum(a.role in (LayerRole.FULL, LayerRole.REINDEX) for a in layers) > 0
+
+
+@pytest.mark.parametrize("tokens, rows", [(1, 640), (1, 1152), (2, 1024), (16, 128)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_gathered_loop_equals_sparse_attention_up_to_its_bound(tokens, rows, dtype):
+    """The sizes a decode step of the trained shape gives (4 heads of 64; window 128 + 512 or
+    1,024 entries): within LOOP_SCORES, the compiled loop; missing ids (-1) skipped; each
+    token's output the same bits alone as in its batch."""
+    heads, gen = 4, torch.Generator().manual_seed(rows)
+    assert tokens * rows * heads <= fast.LOOP_SCORES
+    pool = torch.randn(tokens * rows, 64, generator=gen, dtype=dtype)
+    ids = torch.randperm(tokens * rows, generator=gen).view(tokens, rows)
+    ids[:, -5:] = -1
+    q = torch.randn(tokens, heads, 64, generator=gen, dtype=dtype)
+    sink = torch.randn(heads, generator=gen)
+    got = fast.gathered_attention(q, pool, ids, sink, 0.125)
+    want = sparse_attention(q.double(), pool.double(), ids, sink.double(), 0.125)
+    assert (got.double() - want).abs().max() <= (1e-6 if dtype == torch.float32 else 1e-13)
+    for t in range(tokens):
+        alone = fast.gathered_attention(q[t : t + 1], pool, ids[t : t + 1], sink, 0.125)
+        assert torch.equal(alone[0], got[t])
 
 
 def check_phases(cfg, layers, requests) -> None:
