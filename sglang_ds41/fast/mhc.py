@@ -30,7 +30,7 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
     """m [T, (2+hc)*hc] = flat @ fn^T -> pre, post, comb (split_mixes of m * rms_scale(flat)).
     The comb rounds run on a block of tokens at a time, laid out [hc, hc, BLOCK] so that every
     loop over the block vectorises; each entry's arithmetic is the per-token loop's."""
-    t_rows, width = flat.shape
+    t_rows = flat.shape[0]
     hc = pre.shape[1]
     w = np.empty((hc, hc, BLOCK), comb.dtype)
     r = np.empty(BLOCK)
@@ -38,12 +38,9 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
     s = np.empty(BLOCK)
     for t0 in range(0, t_rows, BLOCK):
         n = min(BLOCK, t_rows - t0)
+        _inverse_rms(flat[t0 : t0 + n], norm_eps, r)
         for b in range(n):
             t = t0 + b
-            ss = 0.0
-            for i in range(width):
-                ss += flat[t, i] * flat[t, i]
-            r[b] = 1.0 / np.sqrt(ss / width + norm_eps)
             for k in range(hc):
                 pre[t, k] = 1.0 / (1.0 + np.exp(-(m[t, k] * r[b] * scale[0] + base[k]))) + hc_eps
                 post[t, k] = 2.0 / (1.0 + np.exp(-(m[t, hc + k] * r[b] * scale[1] + base[hc + k])))
@@ -71,6 +68,17 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
             for j in range(hc):
                 for k in range(hc):
                     comb[t0 + b, j, k] = w[j, k, b]
+
+
+@compiled(reassociate=True)
+def _inverse_rms(x, eps, out):
+    """out[t] = 1 / sqrt(mean(x[t]^2) + eps), each sum of squares in float64, vectorised."""
+    rows, width = x.shape
+    for t in range(rows):
+        ss = 0.0
+        for i in range(width):
+            ss += np.float64(x[t, i]) * x[t, i]
+        out[t] = 1.0 / np.sqrt(ss / width + eps)
 
 
 @compiled(ieee_division=True)
