@@ -71,14 +71,20 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
 
 
 @compiled(reassociate=True)
+def _sum_of_squares(v):
+    """sum(v^2) in float64, vectorised (a function of v alone: the same bits for the same row)."""
+    ss = 0.0
+    for i in range(v.shape[0]):
+        ss += np.float64(v[i]) * v[i]
+    return ss
+
+
+@compiled
 def _inverse_rms(x, eps, out):
-    """out[t] = 1 / sqrt(mean(x[t]^2) + eps), each sum of squares in float64, vectorised."""
+    """out[t] = 1 / sqrt(mean(x[t]^2) + eps)."""
     rows, width = x.shape
     for t in range(rows):
-        ss = 0.0
-        for i in range(width):
-            ss += np.float64(x[t, i]) * x[t, i]
-        out[t] = 1.0 / np.sqrt(ss / width + eps)
+        out[t] = 1.0 / np.sqrt(_sum_of_squares(x[t]) / width + eps)
 
 
 @compiled(ieee_division=True)
@@ -144,10 +150,7 @@ def _collapse_norm(r, pre, weight, eps, out):
             p = pre[t, k]
             for i in range(d):
                 x[i] += p * r[t, k, i]
-        ss = 0.0
-        for i in range(d):
-            ss += x[i] * x[i]
-        scale = 1.0 / np.sqrt(ss / d + eps)
+        scale = 1.0 / np.sqrt(_sum_of_squares(x) / d + eps)
         for i in range(d):
             out[t, i] = x[i] * scale * weight[i]
 
