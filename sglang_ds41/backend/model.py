@@ -52,6 +52,7 @@ from sglang_ds41.config import TextConfig, V41Config
 from sglang_ds41.engram.hashing import EngramHasher
 from sglang_ds41.engram.layer import EngramLayer
 from sglang_ds41.errors import Ds41Error
+from sglang_ds41.fast import engram as fast_engram
 from sglang_ds41.fast import hashing, head, mhc, moe
 from sglang_ds41.model import Attention, HyperConnection, MoE, Published, RMSNorm, first_pre
 from sglang_ds41.model.batch import Chunks
@@ -94,7 +95,9 @@ class DeepseekV41DecoderLayer(nn.Module):
         d, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.layer, self.tp = layer, tp
         # this rank's table rows (attached by `weights.load_checkpoint`), summed over the ranks
-        self.engram = EngramLayer(cfg, layer, tp.sum_shards) if layer in cfg.engram_layer_ids else None
+        self.engram = None
+        if layer in cfg.engram_layer_ids:
+            self.engram = EngramLayer(cfg, layer, tp.sum_shards, apply_gate=fast_engram.apply_engram)
         self.hc_attn = HyperConnection(cfg)
         self.attn_norm = RMSNorm(d, eps)
         self.attn = Attention(local, layer)

@@ -14,6 +14,7 @@ takes `kv`) so a backend can run `wkv` with its own FP8 linear and reuse the gat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -70,6 +71,9 @@ class EngramGate(nn.Module):
     `.k_weight`); the table itself lives in `engram/table.py` (host memory, TP-sharded).
     """
 
+    # Steps 2-7 from the projected kv; a backend may set a fast form of the same math.
+    apply_gate: Callable[..., torch.Tensor] = staticmethod(apply_engram)
+
     def __init__(
         self,
         hidden_size: int,
@@ -103,6 +107,6 @@ class EngramGate(nn.Module):
         """`residual [T, hc, D]`, `embeddings [T, n_columns, head_dim]` (looked-up rows) -> `[T, hc, D]`."""
         e = embeddings.reshape(embeddings.shape[0], -1).to(self.wkv.weight.dtype)  # [T, 24 * 256]
         kv = F.linear(e, self.wkv.weight)  # step 1-2: in the weight dtype (bf16 when serving)
-        return apply_engram(
+        return self.apply_gate(
             residual, kv, gate_weight(self.q_weight, self.k_weight), self.eps, image_mask
         )

@@ -35,11 +35,15 @@ class EngramLayer(EngramGate):
         layer: int,
         reduce: Callable[[torch.Tensor], torch.Tensor] = whole_table,
         dtype: torch.dtype = torch.float32,
+        apply_gate: Callable[..., torch.Tensor] | None = None,
     ):
+        """`apply_gate`: steps 2-7 in another form of the same math (default `apply_engram`)."""
         t = cfg
         n_columns = (t.engram_max_ngram_size - 1) * t.engram_n_heads
         super().__init__(t.hidden_size, t.hc_mult, n_columns, t.engram_head_dim, t.rms_norm_eps, dtype)
         self.layer, self.reduce = layer, reduce
+        if apply_gate is not None:
+            self.apply_gate = apply_gate
         self.table: EngramTable | None = None
 
     def forward(

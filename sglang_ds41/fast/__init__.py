@@ -10,4 +10,5 @@ ops of a Sinkhorn, one grouped GEMM per expert instead of a loop of masks.
 * `mhc`: a site's coefficients (RMS, sigmoids, Sinkhorn), collapse + RMSNorm, expand.
 * `selection`: the indexer's selection of a decode step's scores (mask, candidate blocks, top-k).
 * `hashing`: the Engram rows of a batch's chunks from the raw ids before them (exact: integers).
+* `engram`: the Engram layer's gate (normalised dots, signed root, sigmoid, value added).
 """

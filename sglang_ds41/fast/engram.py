@@ -1,0 +1,58 @@
+"""The Engram layer's gate (`engram.gate.apply_engram`, MODEL.md §5.6 steps 2-7) as one compiled
+loop: per token and copy, the normalised dot of the copy with its key, the signed square root,
+the sigmoid, and the shared value added. The oracle's ~20 ops cost more than their arithmetic
+at a decode step's few rows. Sums run in float64, so float32 results may differ from the
+oracle's in the last bits; image rows are returned unchanged, bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sglang_ds41.engram import gate
+from sglang_ds41.engram.gate import GATE_FLOOR
+
+from .jit import compiled, compiles, numpy_of
+
+
+def apply_engram(
+    residual: torch.Tensor,
+    kv: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    image_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`gate.apply_engram(residual, kv, weight, eps, image_mask)`: R [T, hc, D], kv [T, (hc + 1) * D],
+    weight [hc, D] -> R' [T, hc, D]."""
+    if not (compiles(residual) and residual.dtype == kv.dtype == weight.dtype):
+        return gate.apply_engram(residual, kv, weight, eps, image_mask)
+    t = residual.shape[0]
+    image = torch.zeros(t, dtype=torch.bool) if image_mask is None else image_mask.reshape(t)
+    out = torch.empty_like(residual)
+    _gate(
+        numpy_of(residual.contiguous()), numpy_of(kv.contiguous()), numpy_of(weight.contiguous()), eps,
+        numpy_of(image.contiguous()), numpy_of(out),
+    )  # fmt: skip
+    return out
+
+
+@compiled(reassociate=True)
+def _gate(r, kv, weight, eps, image, out):
+    t_rows, hc, d = r.shape
+    for t in range(t_rows):
+        if image[t]:
+            out[t] = r[t]
+            continue
+        for k in range(hc):
+            dot = rr = kk = 0.0
+            for i in range(d):
+                x, key = np.float64(r[t, k, i]), np.float64(kv[t, k * d + i])
+                dot += x * weight[k, i] * key
+                rr += x * x
+                kk += key * key
+            g = dot / np.sqrt(rr / d + eps) / np.sqrt(kk / d + eps) / np.sqrt(d)
+            g = np.sign(g) * np.sqrt(max(abs(g), GATE_FLOOR))
+            g = 1.0 / (1.0 + np.exp(-g))
+            for i in range(d):
+                out[t, k, i] = r[t, k, i] + g * kv[t, hc * d + i]
