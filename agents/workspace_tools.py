@@ -3,8 +3,9 @@
 Confinement does not rely on checking a resolved path and then opening it (a symlink swapped
 in between would escape). Every path is opened component by component from a descriptor of the
 root with `O_NOFOLLOW` (`openat`), so `..`, absolute paths and symlinks at *any* level are
-refused, not followed, even if the tree changes while the tool runs. Reads and writes are size
-limited. Deleting needs approval.
+refused, not followed, even if the tree changes while the tool runs. Only regular files are read
+or written (a FIFO or device is refused without waiting on it). Reads and writes are size
+limited, and a refused write leaves the file as it was. Deleting needs approval.
 """
 
 from __future__ import annotations
@@ -83,27 +84,41 @@ class Workspace:
             os.close(dir_fd)
 
     def read(self, path: str) -> str:
-        fd = self._open_file(path, os.O_RDONLY)
+        # O_NONBLOCK: opening a FIFO planted in the tree returns at once instead of waiting for a
+        # writer, and is then refused as not a regular file.
+        fd = self._open_file(path, os.O_RDONLY | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise WorkspaceError(f"{path!r} is not a regular file")
-            if info.st_size > self.max_file_bytes:
-                raise WorkspaceError(f"{path!r} has {info.st_size} bytes; the limit is {self.max_file_bytes}")
+            self._regular(path, handle.fileno())
+            size = os.fstat(handle.fileno()).st_size
+            if size > self.max_file_bytes:
+                raise WorkspaceError(f"{path!r} has {size} bytes; the limit is {self.max_file_bytes}")
             return handle.read(self.max_file_bytes + 1).decode("utf-8", errors="replace")
 
     def write(self, path: str, content: str, append: bool = False) -> str:
+        """Every check runs before a byte of the file changes: a refused write (too large, not a
+        regular file) leaves an existing file as it was and creates none."""
         data = content.encode()
-        mode = os.O_APPEND if append else os.O_TRUNC
-        fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | mode, create_dirs=True)
-        with os.fdopen(fd, "ab" if append else "wb") as handle:
+        if len(data) > self.max_file_bytes:
+            raise WorkspaceError(self._too_large(path, len(data)))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else 0)
+        fd = self._open_file(path, flags, create_dirs=True)
+        with os.fdopen(fd, "ab" if append else "wb") as handle:  # "wb" on an fd does not truncate
+            self._regular(path, handle.fileno())
             size = os.fstat(handle.fileno()).st_size if append else 0
             if size + len(data) > self.max_file_bytes:
-                raise WorkspaceError(
-                    f"{path!r} would have {size + len(data)} bytes; the limit is {self.max_file_bytes}"
-                )
+                raise WorkspaceError(self._too_large(path, size + len(data)))
+            if not append:
+                os.ftruncate(handle.fileno(), 0)
             handle.write(data)
         return f"wrote {len(data)} bytes to {path}"
+
+    def _too_large(self, path: str, size: int) -> str:
+        return f"{path!r} would have {size} bytes; the limit is {self.max_file_bytes}"
+
+    @staticmethod
+    def _regular(path: str, fd: int) -> None:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WorkspaceError(f"{path!r} is not a regular file")
 
     def listing(self, path: str) -> str:
         fd = self._dir_fd(self.parts(path))

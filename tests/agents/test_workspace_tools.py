@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from sglang_ds41.agents import ToolContext, workspace_tools
@@ -66,6 +67,44 @@ def test_size_limits(ws):
     ws.write("d.txt", "z" * 60)
     with pytest.raises(WorkspaceError, match="would have 120 bytes"):
         ws.write("d.txt", "z" * 60, append=True)
+
+
+def test_a_refused_write_changes_nothing(ws):
+    """The size check comes before the file is opened for writing: an existing file keeps its
+    content, and no empty file is left behind."""
+    for append in (False, True):
+        with pytest.raises(WorkspaceError, match="would have 101 bytes"):
+            ws.write("sub/a.txt", "y" * 101, append=append)
+        assert (ws.root / "sub" / "a.txt").read_text() == "hello"
+        with pytest.raises(WorkspaceError, match="would have 101 bytes"):
+            ws.write("sub/new.txt", "y" * 101, append=append)
+        assert not (ws.root / "sub" / "new.txt").exists()
+    ws.write("sub/a.txt", "z" * 96)
+    with pytest.raises(WorkspaceError, match="would have 101 bytes"):
+        ws.write("sub/a.txt", "hello", append=True)
+    assert (ws.root / "sub" / "a.txt").read_text() == "z" * 96
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(ws):
+    """A named pipe in the tree: opening it must not block the tool (it would wait forever for
+    the other end); it is refused as not a regular file."""
+    os.mkfifo(ws.root / "pipe")
+    outcomes: list[str] = []
+
+    def attempt(operation) -> None:
+        try:
+            operation()
+            outcomes.append("done")
+        except WorkspaceError as error:
+            outcomes.append(str(error))
+
+    operations = (lambda: ws.read("pipe"), lambda: ws.write("pipe", "x"), lambda: ws.write("pipe", "x", True))
+    for operation in operations:
+        worker = threading.Thread(target=attempt, args=(operation,), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert not worker.is_alive(), "the tool blocked on a FIFO"
+    assert len(outcomes) == 3 and all("regular file" in outcome for outcome in outcomes), outcomes
 
 
 def test_tool_set_has_no_shell_and_delete_needs_approval(tmp_path):
