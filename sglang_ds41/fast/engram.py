@@ -2,7 +2,10 @@
 loop: per token and copy, the normalised dot of the copy with its key, the signed square root,
 the sigmoid, and the shared value added. The oracle's ~20 ops cost more than their arithmetic
 at a decode step's few rows. Sums run in float64, so float32 results may differ from the
-oracle's in the last bits; image rows are returned unchanged, bit for bit.
+oracle's in the last bits, and more where a copy's dot is near 0: the signed square root with
+its floor turns a rounding of the dot's sign there into a gate step of ~5e-4 (the math's, in
+either form). Image rows are returned unchanged, bit for bit. Tensors that need gradients take
+the oracle (the loop has no autograd).
 """
 
 from __future__ import annotations
@@ -25,20 +28,23 @@ def apply_engram(
 ) -> torch.Tensor:
     """`gate.apply_engram(residual, kv, weight, eps, image_mask)`: R [T, hc, D], kv [T, (hc + 1) * D],
     weight [hc, D] -> R' [T, hc, D]."""
-    if not (compiles(residual) and residual.dtype == kv.dtype == weight.dtype):
+    t, hc, d = residual.shape
+    fits = kv.shape == (t, (hc + 1) * d) and weight.shape == (hc, d)  # else the oracle's error
+    same = residual.dtype == kv.dtype == weight.dtype
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in (residual, kv, weight))
+    if not (fits and same and compiles(residual)) or grad:  # no autograd through the loop
         return gate.apply_engram(residual, kv, weight, eps, image_mask)
-    t = residual.shape[0]
     image = torch.zeros(t, dtype=torch.bool) if image_mask is None else image_mask.reshape(t)
     out = torch.empty_like(residual)
     _gate(
         numpy_of(residual.contiguous()), numpy_of(kv.contiguous()), numpy_of(weight.contiguous()), eps,
-        numpy_of(image.contiguous()), numpy_of(out),
+        GATE_FLOOR, numpy_of(image.contiguous()), numpy_of(out),
     )  # fmt: skip
     return out
 
 
-@compiled(reassociate=True)
-def _gate(r, kv, weight, eps, image, out):
+@compiled(reassociate=True, ieee_division=True)
+def _gate(r, kv, weight, eps, floor, image, out):
     t_rows, hc, d = r.shape
     for t in range(t_rows):
         if image[t]:
@@ -52,7 +58,7 @@ def _gate(r, kv, weight, eps, image, out):
                 rr += x * x
                 kk += key * key
             g = dot / np.sqrt(rr / d + eps) / np.sqrt(kk / d + eps) / np.sqrt(d)
-            g = np.sign(g) * np.sqrt(max(abs(g), GATE_FLOOR))
+            g = np.sign(g) * np.sqrt(max(abs(g), floor))
             g = 1.0 / (1.0 + np.exp(-g))
             for i in range(d):
                 out[t, k, i] = r[t, k, i] + g * kv[t, hc * d + i]

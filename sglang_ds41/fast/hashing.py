@@ -21,9 +21,9 @@ from .jit import compiled, numpy_of
 
 
 @compiled
-def _rows(before, before_counts, ids, lengths, pad, multipliers, primes, offsets, n_heads, out):
+def _rows(before, before_counts, ids, lengths, pad, dead, multipliers, primes, offsets, n_heads, out):
     """out [T, L, C] = the row ids of every chunk token; `before` holds each request's (up to
-    N-1) compressed ids before its chunk, oldest first; `BLOCKED` (< 0) marks a dead id."""
+    N-1) compressed ids before its chunk, oldest first; `dead` (`BLOCKED`, < 0) marks a dead id."""
     n = multipliers.shape[1]
     layers = multipliers.shape[0]
     window = np.empty(n, np.int64)
@@ -35,7 +35,7 @@ def _rows(before, before_counts, ids, lengths, pad, multipliers, primes, offsets
             blocked = False
             for s in range(n):
                 j = k - s  # in-chunk index of look-back s; < 0 reaches into `before`
-                c = BLOCKED
+                c = dead
                 if j >= 0:
                     c = ids[t - s]
                 elif -j <= have:
@@ -69,6 +69,7 @@ def rows(
         numpy_of(hasher.compress(ids).reshape(-1)),
         numpy_of(lengths.to(torch.int64)),
         hasher.pad,
+        BLOCKED,
         numpy_of(hasher.multipliers),
         numpy_of(hasher.primes),
         numpy_of(hasher.offsets),

@@ -25,7 +25,11 @@ def compiled(fn=None, *, reassociate: bool = False, ieee_division: bool = False)
     written, and still a function of the loop's own inputs only (the same row gives the same
     bits whatever else the call computes). `ieee_division=True` divides as numpy and torch do
     (x / 0 is inf or NaN) instead of checking for zero to raise as Python does: the check keeps
-    a loop of divisions from vectorising; the quotients are the same IEEE ones."""
+    a loop of divisions from vectorising; the quotients are the same IEEE ones.
+
+    A compiled loop calls compiled code and reads constants of its own file only: the on-disk
+    cache is checked against the file of the function it holds, so a change to a helper or a
+    constant in another file would leave the cached caller running the old one."""
     if fn is None:
         return lambda f: compiled(f, reassociate=reassociate, ieee_division=ieee_division)
     flags = dict(nogil=True, boundscheck=False)

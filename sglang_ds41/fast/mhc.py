@@ -19,7 +19,6 @@ from sglang_ds41.model.mhc import HcCoeffs, HyperConnection
 from sglang_ds41.model.norm import RMSNorm, upcast
 
 from .jit import compiled, compiles, numpy_of, prepared
-from .rope import sum_of_squares
 
 # Tokens whose Sinkhorn rounds run side by side, one to a SIMD lane (the matrices are 4 x 4:
 # a loop over one matrix's entries is too short to vectorise).
@@ -71,12 +70,21 @@ def _mixes(flat, m, base, scale, norm_eps, iters, hc_eps, pre, post, comb):
                     comb[t0 + b, j, k] = w[j, k, b]
 
 
-@compiled
+@compiled(reassociate=True)
+def _sum_of_squares(v):
+    """sum(v^2) in float64, vectorised (a function of v alone: the same bits for the same row)."""
+    ss = 0.0
+    for i in range(v.shape[0]):
+        ss += np.float64(v[i]) * v[i]
+    return ss
+
+
+@compiled(ieee_division=True)
 def _inverse_rms(x, eps, out):
     """out[t] = 1 / sqrt(mean(x[t]^2) + eps)."""
     rows, width = x.shape
     for t in range(rows):
-        out[t] = 1.0 / np.sqrt(sum_of_squares(x[t]) / width + eps)
+        out[t] = 1.0 / np.sqrt(_sum_of_squares(x[t]) / width + eps)
 
 
 @compiled(ieee_division=True)
@@ -142,7 +150,7 @@ def _collapse_norm(r, pre, weight, eps, out):
             p = pre[t, k]
             for i in range(d):
                 x[i] += p * r[t, k, i]
-        scale = 1.0 / np.sqrt(sum_of_squares(x) / d + eps)
+        scale = 1.0 / np.sqrt(_sum_of_squares(x) / d + eps)
         for i in range(d):
             out[t, i] = x[i] * scale * weight[i]
 

@@ -94,12 +94,18 @@ def _biases(gate: Gate, dtype: torch.dtype) -> tuple[np.ndarray, np.ndarray]:
 @compiled
 def _swiglu(h, limit, out):
     """h = [gate | up] [n, 2I] -> silu(min(gate, limit)) * clamp(up, -limit, limit) [n, I]."""
-    rows, width = out.shape
-    for r in range(rows):
-        for i in range(width):
-            g = min(h[r, i], limit)
-            u = min(max(h[r, width + i], -limit), limit)
-            out[r, i] = g / (1.0 + np.exp(-g)) * u
+    for r in range(out.shape[0]):
+        _swiglu_row(h[r], limit, out[r])
+
+
+@compiled
+def _swiglu_row(h, limit, out):
+    """`_swiglu` of one row: h [2I] -> out [I]."""
+    width = out.shape[0]
+    for i in range(width):
+        g = min(h[i], limit)
+        u = min(max(h[width + i], -limit), limit)
+        out[i] = g / (1.0 + np.exp(-g)) * u
 
 
 class Stacked:
@@ -176,10 +182,7 @@ def _token_by_token(x, weights, ids, up, down, limit, out):
                 for c in range(d):
                     s += up[e, i, c] * x[t, c]
                 h[i] = s
-            for i in range(inter):
-                g = min(h[i], limit)
-                u = min(max(h[inter + i], -limit), limit)
-                act[i] = g / (1.0 + np.exp(-g)) * u
+            _swiglu_row(h, limit, act)
             for o in range(d):
                 s = zero
                 for i in range(inter):

@@ -74,21 +74,16 @@ def rotate(
     return out.view(x.shape)
 
 
-@compiled(reassociate=True)
-def sum_of_squares(v):
-    """sum(v^2) in float64, vectorised (a function of v alone: the same bits for the same row);
-    the RMS scale of every compiled norm loop."""
-    ss = 0.0
-    for i in range(v.shape[0]):
-        ss += np.float64(v[i]) * v[i]
-    return ss
-
-
-@compiled
+@compiled(reassociate=True, ieee_division=True)
 def _norm(x, weight, eps, out):
+    """Each row's sum of squares in float64, vectorised (reassociated); the scaling multiplies
+    only, which reassociation leaves as written."""
     rows, d = x.shape
     for r in range(rows):
-        scale = 1.0 / np.sqrt(sum_of_squares(x[r]) / d + eps)
+        ss = 0.0
+        for i in range(d):
+            ss += np.float64(x[r, i]) * x[r, i]
+        scale = 1.0 / np.sqrt(ss / d + eps)
         for i in range(d):
             out[r, i] = x[r, i] * scale * weight[i]
 

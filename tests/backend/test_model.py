@@ -14,6 +14,9 @@ import torch
 
 from sglang_ds41.backend.kv_state import SlotState, SlotStateError
 from sglang_ds41.backend.model import DeepseekV41ForCausalLM
+from sglang_ds41.engram.gate import apply_engram
+from sglang_ds41.engram.layer import EngramLayer
+from sglang_ds41.fast import engram as fast_engram
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
 
@@ -93,6 +96,18 @@ def test_a_batch_of_different_lengths_equals_each_request_alone(backend, referen
     logits = run(backend, slots, [(1, [5]), (5, PROMPT[:7]), (2, [6])])
     for row, ids in zip(logits, ([*a, 5], PROMPT[:7], [*b, 6]), strict=True):
         assert close(row, ref_last(reference, ids))
+
+
+def test_the_backend_gates_engram_in_the_compiled_loop_and_the_reference_with_the_oracle(
+    backend, reference
+):
+    """The Engram layers share one class: the backend's take the fast gate, the reference's
+    (the oracle, also the trainer's form) keep `apply_engram`."""
+    ours = [m for m in backend.modules() if isinstance(m, EngramLayer)]
+    theirs = [m for m in reference.modules() if isinstance(m, EngramLayer)]
+    assert len(ours) == len(theirs) == len(backend.v41.text.engram_layer_ids) > 0
+    assert all(m.apply_gate is fast_engram.apply_engram for m in ours)
+    assert all(m.apply_gate is apply_engram for m in theirs)
 
 
 def test_a_new_request_at_an_odd_prefix_is_refused(backend):

@@ -35,7 +35,8 @@ def test_equals_the_oracle_and_keeps_image_rows(dtype, tolerance, tokens):
 
 
 def test_a_zero_dot_gates_at_one_half():
-    """A key orthogonal to its copy: the signed root of the floored |dot| keeps the sign 0."""
+    """Keys of zeros: every copy's dot is 0, whose signed root (of the floored |dot|) keeps
+    the sign 0, so the gate is sigmoid(0)."""
     residual, kv, weight = inputs(1, torch.float64)
     kv[:, : HC * D] = 0.0
     got = fast.apply_engram(residual, kv, weight, EPS)
@@ -44,7 +45,19 @@ def test_a_zero_dot_gates_at_one_half():
     assert torch.allclose(got, want, rtol=0, atol=1e-15)
 
 
-def test_other_dtypes_take_the_oracle():
+def test_mixed_dtypes_bad_shapes_and_gradients_take_the_oracle(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("the compiled loop ran")
+
+    monkeypatch.setattr(fast, "_gate", refuse)
     residual, kv, weight = inputs(3, torch.float32)
-    args = residual.bfloat16(), kv.bfloat16(), weight.float(), EPS
-    assert torch.equal(fast.apply_engram(*args), apply_engram(*args))
+    for args in (
+        (residual, kv, weight.double(), EPS),  # mixed dtypes
+        (residual.bfloat16(), kv.bfloat16(), weight.bfloat16(), EPS),  # no numpy dtype
+        (residual, kv, weight.clone().requires_grad_(), EPS),  # autograd
+    ):
+        got = fast.apply_engram(*args)
+        assert torch.equal(got, apply_engram(*args))
+    assert fast.apply_engram(residual, kv, weight.clone().requires_grad_(), EPS).requires_grad
+    with pytest.raises(RuntimeError):  # the oracle's own error for a key width that does not fit
+        fast.apply_engram(residual, kv[:, :-1], weight, EPS)

@@ -65,6 +65,17 @@ def test_the_loop_gives_a_token_the_bits_it_gets_alone(layer, dtype):
         assert torch.equal(run(slice(t, t + 1))[0], batch[t]), t
 
 
+def test_a_decode_batch_takes_the_loop_and_a_prefill_the_grouped_gemms(layer, monkeypatch):
+    cfg, moe = layer
+    moe = moe.float()
+    calls = []
+    loop = fast._token_by_token
+    monkeypatch.setattr(fast, "_token_by_token", lambda *a: calls.append(a[0].shape[0]) or loop(*a))
+    for tokens in (1, fast.LOOP_TOKENS, fast.LOOP_TOKENS + 1):
+        fast.forward(moe, torch.randn(tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(9)))
+    assert cfg.hidden_size <= fast.LOOP_HIDDEN and calls == [1, fast.LOOP_TOKENS]
+
+
 def test_expert_weights_stay_one_copy_and_follow_changes(layer):
     """The stack the experts run from is their weights: an in-place change of an expert's weight
     is the fast path's too, and replacing its tensor is seen as well."""

@@ -103,12 +103,9 @@ def named(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def vocabulary():
-    from transformers import AutoTokenizer
+    from sglang_ds41.assets import v41_hf_tokenizer
 
-    from sglang_ds41.assets import TOKENIZER_DIR
-
-    hf = AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
-    return xgrammar.TokenizerInfo.from_huggingface(hf, vocab_size=VOCAB, stop_token_ids=[EOS])
+    return xgrammar.TokenizerInfo.from_huggingface(v41_hf_tokenizer(), vocab_size=VOCAB, stop_token_ids=[EOS])
 
 
 @pytest.fixture(scope="module")
