@@ -23,7 +23,8 @@ numbers no training conversation has), greedy:
    scores of a few dozen cases move by a case either way, the answers themselves show what a
    format changes.
 
-Writes `benchmarks/results/tiny_eval.json` (or `--out`) and prints a short table.
+Writes `benchmarks/results/tiny_eval.json` (or `--out`; with every case whose server answer is
+not the reference's, request and both answers) and prints a short table.
 """
 
 from __future__ import annotations
@@ -125,6 +126,22 @@ def agreement(run: dict[str, Any], other: dict[str, Any]) -> str:
     return f"{sum(same_message(a, b) for a, b in pairs)}/{len(pairs)}"
 
 
+def disagreements(cases: list[E.Case], run: dict[str, Any], other: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cases two runs answered differently: the request and both messages, to look at."""
+    return [
+        {
+            "case": i,
+            "kind": case.kind,
+            "family": case.family,
+            "request": case.body,
+            "server": a,
+            "reference": b,
+        }
+        for i, (case, a, b) in enumerate(zip(cases, run["answers"], other["answers"], strict=True))
+        if not same_message(a, b)
+    ]
+
+
 def same_message(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return (
         (a.get("content") or "") == (b.get("content") or "")
@@ -187,6 +204,7 @@ def main() -> int:
     cases, loops = E.cases(args.seed, args.per_family), E.loop_tasks(args.seed, args.loops)
     scratch = Path(tempfile.mkdtemp(prefix="tiny-eval-"))
     rows: dict[str, dict[str, Any]] = {}
+    differing: list[dict[str, Any]] = []
     try:
         reference = load_reference(model_dir, dtype=torch.float32)
         ref = in_reference(reference, cases, loops, args.perplexity, args.seed)
@@ -195,6 +213,7 @@ def main() -> int:
         if not args.reference_only:
             served = through_server(model_dir, cases, loops, scratch / "serve.log")
             rows["fp8 (server)"] = served["summary"] | {"server==reference": agreement(served, ref)}
+            differing = disagreements(cases, served, ref)
         if not args.no_quality:
             variants = {
                 "mxfp4 ocp": ("mxfp4", "ocp"), "mxfp4 mse": ("mxfp4", "mse"),
@@ -223,7 +242,10 @@ def main() -> int:
                 rows["experts float32 (reference)"] = variant["summary"] | same
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    result = {"model_dir": str(model_dir), "cases": len(cases), "loops": len(loops), "rows": rows}
+    result = {
+        "model_dir": str(model_dir), "cases": len(cases), "loops": len(loops), "rows": rows,
+        "server_differs_from_reference": differing,
+    }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     metrics = ["call.exact", "call.exact_names", "call.exact_numbers", "loop.success", "json.valid",

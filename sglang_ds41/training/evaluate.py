@@ -312,7 +312,17 @@ class ReferenceCompleter:
         grammar = JsonAnswerGrammar.for_request(body, rendered, self.model.text.vocab_size, eos)
         prompt, stop = encode_prompt(rendered), (eos,)
         ids = generate(self.model, prompt, self.max_new_tokens, stop_ids=stop, constraint=grammar)
-        return served_message(ids, rendered.parsing, body.get("tools"))
+        return served_message(ids, served_parsing(rendered.parsing, body), body.get("tools"))
+
+
+def served_parsing(parsing: ParsingOptions, body: dict[str, Any]) -> ParsingOptions:
+    """The request's parsing options as the server reads its output: a `json_schema` answer is
+    JSON output there too (`served_output.reads_json_output`), not only a `json_object` one."""
+    import dataclasses
+
+    from sglang_ds41.plugin.serving.served_output import reads_json_output
+
+    return dataclasses.replace(parsing, parse_json_output=reads_json_output(body.get("response_format")))
 
 
 def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -> dict[str, Any]:

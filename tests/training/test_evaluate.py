@@ -74,3 +74,31 @@ def test_the_reference_models_output_is_read_as_the_server_reads_it():
 
     cut = E.served_message(whole[:-1], tools)  # the whole call, then the token limit: no EOS
     assert cut[E.FINISH] == "length"  # as the server says: a turn cut off has not ended
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "json_object", "text", None])
+def test_a_json_answer_is_read_as_json_output_as_the_server_reads_it(kind):
+    """The server reads the answer to either JSON response format as JSON output (upstream's
+    DeepSeek-recipe adapter decides so), which keeps a `</think>` the model wrote inside the JSON
+    as text; the reference read a `json_schema` answer as plain content and deleted it, so one
+    held-out extraction differed from the server's answer by those 8 characters."""
+    from sglang.srt.entrypoints.openai import serving_deepseek_recipe as upstream
+    from sglang_ds41.encoding import render_request
+    from sglang_ds41.encoding.special_tokens import Special
+
+    from sglang_ds41.assets import v41_tokenizer
+    from sglang_ds41.plugin.serving.served_output import JSON_RESPONSE_FORMATS
+
+    assert tuple(upstream.JSON_RESPONSE_FORMATS) == JSON_RESPONSE_FORMATS  # our mirror of upstream's rule
+    question = {"role": "user", "content": "Extract it as JSON."}
+    body = {"model": "DeepSeek-V4.1-Flash", "messages": [question], "thinking": {"type": "disabled"}}
+    if kind is not None:
+        body["response_format"] = {"type": kind} | (
+            {"json_schema": {"name": "A", "schema": {"type": "object"}}} if kind == "json_schema" else {}
+        )
+    encode = v41_tokenizer().encode
+    ids = [*encode('{"a": "x').ids, Special.THINK_END.id, *encode('y"}').ids, Special.EOS.id]
+    parsing = E.served_parsing(render_request(body).parsing, body)
+    content = E.served_message(ids, parsing)["content"]
+    json_output = kind in ("json_schema", "json_object")
+    assert content == ('{"a": "x</think>y"}' if json_output else '{"a": "xy"}')

@@ -60,7 +60,13 @@ from starlette.responses import Response
 
 from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
-from sglang_ds41.plugin.serving.served_output import ServedCall, ServedOutput, Step, served_finish_reason
+from sglang_ds41.plugin.serving.served_output import (
+    JSON_RESPONSE_FORMATS,
+    ServedCall,
+    ServedOutput,
+    Step,
+    served_finish_reason,
+)
 
 MODULE = "sglang.srt.entrypoints.openai.serving_deepseek_recipe"
 ADAPTER = f"{MODULE}.DeepSeekRecipeChatEncodingAdapter"
@@ -68,7 +74,6 @@ CHAT = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat"
 SPEC = "dsv41"
 FIELD = "invalid_tool_calls"
 REPAIRS = "repairs"  # per call: what a tolerant parse read past (docs/ENCODING.md §4.5)
-JSON_RESPONSE_FORMATS = ("json_object", "json_schema")
 
 # The invalid calls and the repairs (by call index) of each choice `parse_chat_response` parsed
 # inside one `_build_chat_response`.

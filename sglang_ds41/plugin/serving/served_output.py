@@ -42,6 +42,11 @@ from sglang_ds41.encoding.stream import ContentDelta, ReasoningDelta, StreamPars
 BLOCK_NOT_CLOSED = "tool-call block not closed"
 _CUT_BLOCK_START = re.compile(r"\n*(?:</?)?\Z")  # what the parser holds back before a DSML id
 CUT_IN_NAME = "call cut off inside its name"
+# The response formats whose answer the server reads as JSON output (`parse_json_output`), as
+# upstream's DeepSeek-recipe adapter decides: both JSON formats, where the official renderer's
+# own parsing options say so for `json_object` alone (`encoding.parsing_options`). It keeps a
+# `</think>` written inside the JSON as text instead of deleting it (docs/ENCODING.md §4.2).
+JSON_RESPONSE_FORMATS = ("json_object", "json_schema")
 # A stop match ends on the last id; the ids it covers decode to at least one character each,
 # except pieces of a character split over several byte-level ids (at most 4 per character).
 _STOP_SCAN_IDS_PER_CHAR = 4
@@ -58,6 +63,12 @@ def _without_cut_block_start(held: list) -> list:
         text = _CUT_BLOCK_START.sub("", held[-1].text)
         return [*held[:-1], type(held[-1])(text)] if text else held[:-1]
     return held
+
+
+def reads_json_output(response_format: Mapping | None) -> bool:
+    """Whether the server reads the answer to a request with this `response_format` (the
+    request's field, e.g. `{"type": "json_schema", ...}`) as JSON output."""
+    return bool(response_format) and response_format.get("type") in JSON_RESPONSE_FORMATS
 
 
 @dataclass(frozen=True, kw_only=True)
