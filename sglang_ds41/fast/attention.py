@@ -2,7 +2,8 @@
 the same `project` / `select` / `attend` contract over a batch of requests and a `StateView`.
 
 * `project`: RMSNorm, RoPE and the KV fake-quantisers as compiled loops (`fast.rope`,
-  `fast.quant`); the linears as they are.
+  `fast.quant`), the linears as they are; a decode step's few tokens get the query and
+  window-key projections, linears included, from one loop (`fast.projection`).
 * `select`: the window rows as the oracle's; an index source scores with queries from the
   compiled RoPE and quantiser, and selects its rows' top-k in one compiled loop over their
   whole rows of scores (`fast.selection`; past 2^24 scores, the oracle's bounded scan).
@@ -36,7 +37,7 @@ from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
 from sglang_ds41.model.selection import picks_every_entry
 
-from . import quant, selection
+from . import projection, quant, selection
 from .jit import compiled, compiles, numpy_of
 from .rope import norm_rotate, rms_norm, rotate
 
@@ -60,9 +61,14 @@ def project(
 ) -> Projected:
     """`attn.project(x, chunks, pending)`."""
     positions = chunks.positions
-    q_lora = rms_norm(attn.q_norm, attn.wq_a(x))  # [T, q_lora_rank]
-    q = rotate(attn.rope, attn.wq_b(q_lora).unflatten(-1, (attn.n_heads, attn.head_dim)), positions)
-    window_kv, window_bytes = quant.window_fp8(norm_rotate(attn.kv_norm, attn.rope, attn.wkv(x), positions))
+    rows = projection.project_rows(attn, x, positions)  # a decode step's few tokens, one loop
+    if rows is None:
+        q_lora = rms_norm(attn.q_norm, attn.wq_a(x))  # [T, q_lora_rank]
+        q = rotate(attn.rope, attn.wq_b(q_lora).unflatten(-1, (attn.n_heads, attn.head_dim)), positions)
+        kv = norm_rotate(attn.kv_norm, attn.rope, attn.wkv(x), positions)
+    else:
+        q_lora, q, kv = rows
+    window_kv, window_bytes = quant.window_fp8(kv)
     entries = None
     if attn.role is LayerRole.FULL:
         compressor = attn.compressor
