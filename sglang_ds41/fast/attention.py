@@ -3,7 +3,8 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
 
 * `project`: RMSNorm, RoPE and the KV fake-quantisers as compiled loops (`fast.rope`,
   `fast.quant`), the linears as they are; a decode step's few tokens get the query and
-  window-key projections, linears included, from one loop (`fast.projection`).
+  window-key projections, and a KV source's new entries, linears included, from one loop
+  each (`fast.projection`).
 * `select`: the window rows as the oracle's; an index source scores with queries from the
   compiled RoPE and quantiser, and selects its rows' top-k in one compiled loop over their
   whole rows of scores (`fast.selection`; past 2^24 scores, the oracle's bounded scan).
@@ -32,6 +33,7 @@ from sglang_ds41.model.attention import (
     sparse_attention,
 )
 from sglang_ds41.model.batch import Chunks
+from sglang_ds41.model.compressor import Compressor
 from sglang_ds41.model.indexer import Indexer, visible_counts
 from sglang_ds41.model.norm import upcast
 from sglang_ds41.model.roles import LayerRole
@@ -71,27 +73,27 @@ def project(
     window_kv, window_bytes = quant.window_fp8(kv)
     entries = None
     if attn.role is LayerRole.FULL:
-        compressor = attn.compressor
-        if compressor.ratio == 1:
-            latents, entry_positions, new_pending = (
-                rms_norm(compressor.norm, compressor.wkv(x)),
-                positions,
-                None,
-            )
+        rows = projection.entry_rows(attn, x, chunks, pending)  # a decode step's, one loop
+        if rows is None:
+            latents, entry_positions, new_pending = _latents(attn.compressor, x, chunks, pending)
+            indexer = attn.indexer
+            key_rows = norm_rotate(indexer.k_norm, indexer.rope, indexer.wk(latents), entry_positions)
+            rotated = rotate(attn.rope, latents, entry_positions)
         else:
-            latents, entry_positions, new_pending = compressor.compress(x, chunks, pending)
-        keys, key_bytes = index_keys(attn.indexer, latents, entry_positions)
-        rotated = rotate(attn.rope, latents, entry_positions)
+            rotated, _, key_rows, new_pending = rows
+        keys, key_bytes = quant.index_fp4(key_rows)
         kv, kv_bytes = quant.latent_fp4(rotated)
         entries = NewEntries(rotated, kv, keys, new_pending, kv_bytes, key_bytes)
     return Projected(q_lora, q, window_kv, entries, window_bytes)
 
 
-def index_keys(
-    indexer: Indexer, latents: torch.Tensor, entry_positions: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`indexer.keys(latents, entry_positions)`, and their stored bytes."""
-    return quant.index_fp4(norm_rotate(indexer.k_norm, indexer.rope, indexer.wk(latents), entry_positions))
+def _latents(
+    compressor: Compressor, x: torch.Tensor, chunks: Chunks, pending: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """`compressor.compress(x, chunks, pending)`, ratio 1 with the compiled norm."""
+    if compressor.ratio == 1:
+        return rms_norm(compressor.norm, compressor.wkv(x)), chunks.positions, None
+    return compressor.compress(x, chunks, pending)
 
 
 def queries(

@@ -1,26 +1,37 @@
-"""The attention's query and window-key projections (`model.attention.Attention.project`,
-MODEL.md §4.2) for a decode step's few tokens, as one compiled loop per layer:
+"""The attention's projections (`model.attention.Attention.project`, MODEL.md §4.2, §4.4)
+for a decode step's few tokens, as compiled loops, one per layer and kind:
 
     q_lora    = RMSNorm_q(x W_qa^T)
     q         = RoPE(q_lora W_qb^T)            per head, at the token's position
     window_kv = RoPE(RMSNorm_kv(x W_kv^T))     (before its FP8 fake quantisation)
 
-Each is a few hundred multiply-adds a token at these sizes, where the six calls they take
-apart (three linears, the norms and rotations of `fast.rope`) cost ~75 us a layer in call
-overhead alone (one thread, the tiny size). The loop's arithmetic is the pieces': every
-dot product a float sum of its row (reassociated, so vectorised), each norm's sum of squares
-in float64 as `fast.rope` sums it, the rotation in the model's dtype; a token's rows depend on
-that token alone, so a request gets the same bits in any batch. Past LOOP_TOKENS the GEMMs of
-the pieces win, and they take it.
+and, on a KV source, the entries the step completes (`model.compressor.Compressor.compress`,
+`Indexer.keys`; ratio 2 when each request brings one token):
+
+    latent    = RMSNorm_c(x W_ckv^T), or of the softmax(z)-weighted mean of a pair's a = x W_ckv^T
+    rotated   = RoPE(latent)                   at the entry's position (before its FP4 quantisation)
+    key       = RoPE(RMSNorm_k(latent W_k^T))  (before its FP4 quantisation)
+
+Each is a few hundred multiply-adds a token at these sizes, where the calls they take apart
+(linears, the norms and rotations of `fast.rope`, the compressor's ~25 ops) cost ~75 us a
+layer in call overhead alone, ~250 us for a ratio-2 compressor (one thread, the tiny size).
+The loops' arithmetic is the pieces': every dot product a float sum of its row (reassociated,
+so vectorised), each norm's sum of squares in float64 as `fast.rope` sums it, the rotation and
+the pair's softmax in the model's dtype; a token's rows depend on that token (and its
+request's pending one) alone, so a request gets the same bits in any batch. Past LOOP_TOKENS
+the GEMMs of the pieces win, and they take it.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
 from torch import nn
 
 from sglang_ds41.model.attention import Attention
+from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.norm import upcast
 
 from .jit import compiled, compiles, numpy_of, prepared
@@ -54,25 +65,90 @@ def project_rows(
     return q_lora, q.view(tokens, -1, attn.head_dim), kv
 
 
-def _watched(attn: Attention) -> tuple[torch.Tensor, ...]:
-    """The weights the loop's copy is made from. Read from the modules' own tables: this runs
-    every layer of every step, and `nn.Module`'s attribute lookup cost ~6 us for the ten."""
-    modules = attn._modules
-    return tuple(modules[name]._parameters["weight"] for name in _WATCHED)
+def entry_rows(
+    attn: Attention, x: torch.Tensor, chunks: Chunks, pending: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """A KV source's new entries from x [T, D] (`chunks`' rows; `pending` [B, 2, Dh]: each
+    request's unpaired even token, ratio 2): (rotated latents [G, Dh], entry positions [G],
+    index keys [G, Di] before their quantisation, new pending [B, 2, Dh] or None, as
+    `Compressor.compress` gives it), or None when the loop does not take them (too many
+    tokens, a ratio-2 chunk of more than one token, an odd position without its pending token,
+    a dtype or linears the loop does not take)."""
+    compressor, tokens = attn.compressor, x.shape[0]
+    positions = chunks.positions
+    if tokens > LOOP_TOKENS or not compiles(x):
+        return None
+    if compressor.ratio == 2 and (tokens != chunks.size or (pending is None and bool((positions % 2).any()))):
+        return None
+    build = lambda: _entry_weights(attn, x.dtype)  # noqa: E731
+    weights = prepared(attn, f"_entries_{x.dtype}", build, *_watched(attn, _ENTRY))
+    if weights is None:
+        return None
+    wkv, wgate, latent_weight, wk, key_weight = weights
+    cos, sin = tables(attn.rope, positions, x.dtype)
+    rotated = torch.empty(tokens, wkv.shape[0], dtype=x.dtype)
+    keys = torch.empty(tokens, wk.shape[0], dtype=x.dtype)
+    entry_positions = torch.empty(tokens, dtype=torch.int64)
+    new_pending = torch.zeros(tokens if compressor.ratio == 2 else 0, 2, wkv.shape[0], dtype=x.dtype)
+    held = _NO_PENDING if pending is None else numpy_of(pending.to(x.dtype).contiguous())
+    entries, unpaired = _entries(
+        numpy_of(x.contiguous()), numpy_of(positions), compressor.ratio, wkv, wgate, latent_weight,
+        compressor.norm.eps, held, wk, key_weight, attn.indexer.k_norm.eps, cos, sin, numpy_of(rotated),
+        numpy_of(entry_positions), numpy_of(keys), numpy_of(new_pending),
+    )  # fmt: skip
+    return rotated[:entries], entry_positions[:entries], keys[:entries], new_pending if unpaired else None
 
 
-_WATCHED = ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm")
+_NO_PENDING = np.zeros((0, 2, 0), np.float32)
+_QUERY = ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm")
+_ENTRY = ("compressor.wkv", "compressor.wgate", "compressor.norm", "indexer.wk", "indexer.k_norm")
+
+
+def _watched(attn: Attention, names: tuple[str, ...] = _QUERY) -> tuple[torch.Tensor, ...]:
+    """The weights a loop's copy is made from. Read from the modules' own tables: this runs
+    every layer of every step, and `nn.Module`'s attribute lookup cost ~6 us for ten."""
+    found = []
+    for name in names:
+        module = attn
+        for part in name.split("."):
+            module = module._modules.get(part) if module is not None else None
+        if module is not None:
+            found.append(module._parameters["weight"])
+    return tuple(found)
 
 
 def _weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
-    """The layer's projection weights as the loop reads them (norm weights upcast as the norms
+    """The layer's query-side weights as the loop reads them (norm weights upcast as the norms
     do), or None when a linear is not a plain dense one in `dtype`."""
-    linears = (attn.wq_a, attn.wq_b, attn.wkv)
-    if any(type(m) is not nn.Linear or m.bias is not None or m.weight.dtype != dtype for m in linears):
+    if not _plain(dtype, attn.wq_a, attn.wq_b, attn.wkv):
         return None
-    dense = lambda m: numpy_of(m.weight.detach().contiguous())  # noqa: E731
-    norm = lambda n: numpy_of(upcast(n.weight.detach()).contiguous())  # noqa: E731
-    return dense(attn.wq_a), norm(attn.q_norm), dense(attn.wq_b), dense(attn.wkv), norm(attn.kv_norm)
+    return _dense(attn.wq_a), _norm(attn.q_norm), _dense(attn.wq_b), _dense(attn.wkv), _norm(attn.kv_norm)
+
+
+def _entry_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
+    """The KV source's compressor and index-key weights (an empty gate at ratio 1), or None."""
+    compressor, indexer = attn.compressor, attn.indexer
+    gate = compressor.wgate
+    if not _plain(dtype, compressor.wkv, indexer.wk, *(() if gate is None else (gate,))):
+        return None
+    gate_rows = np.zeros((0, 0), _NUMPY[dtype]) if gate is None else _dense(gate)
+    latent, key = _norm(compressor.norm), _norm(indexer.k_norm)
+    return _dense(compressor.wkv), gate_rows, latent, _dense(indexer.wk), key
+
+
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _plain(dtype: torch.dtype, *linears: nn.Module) -> bool:
+    return all(type(m) is nn.Linear and m.bias is None and m.weight.dtype == dtype for m in linears)
+
+
+def _dense(linear: nn.Linear) -> np.ndarray:
+    return numpy_of(linear.weight.detach().contiguous())
+
+
+def _norm(norm: nn.Module) -> np.ndarray:
+    return numpy_of(upcast(norm.weight.detach()).contiguous())
 
 
 @compiled(reassociate=True, ieee_division=True)
@@ -90,6 +166,47 @@ def _project(x, wq_a, q_weight, q_eps, wq_b, head_dim, wkv, kv_weight, kv_eps, p
         _linear(x[t], wkv, kv[t])
         _normalise(kv[t], kv_weight, kv_eps)
         _rotate(kv[t], 0, kv.shape[1], cos[p], sin[p])
+
+
+@compiled(reassociate=True, ieee_division=True)
+def _entries(x, positions, ratio, wkv, wgate, latent_weight, latent_eps, pending, wk, key_weight, key_eps,
+             cos, sin, rotated, entry_positions, keys, new_pending):  # fmt: skip
+    """Each token's entry (module doc) into the next rows of rotated / entry_positions / keys;
+    at ratio 2 an even token's (a, z) goes to its request's row of new_pending instead (one
+    token per request). Returns (entries written, tokens left unpaired)."""
+    dh = wkv.shape[0]
+    a = np.empty(dh, x.dtype)
+    z = np.empty(dh, x.dtype)
+    latent = np.empty(dh, x.dtype)
+    entries = unpaired = 0
+    for t in range(x.shape[0]):
+        p = positions[t]
+        _linear(x[t], wkv, a)
+        if ratio == 2:
+            _linear(x[t], wgate, z)
+            if p % 2 == 0:
+                for i in range(dh):
+                    new_pending[t, 0, i] = a[i]
+                    new_pending[t, 1, i] = z[i]
+                unpaired += 1
+                continue
+            for i in range(dh):  # softmax over the pair (the pending even token first), per channel
+                top = max(pending[t, 1, i], z[i])
+                first, second = math.exp(pending[t, 1, i] - top), math.exp(z[i] - top)
+                total = first + second
+                latent[i] = first / total * pending[t, 0, i] + second / total * a[i]
+            p -= 1
+        else:
+            latent[:] = a
+        _normalise(latent, latent_weight, latent_eps)
+        rotated[entries] = latent
+        _rotate(rotated[entries], 0, dh, cos[p], sin[p])
+        _linear(latent, wk, keys[entries])
+        _normalise(keys[entries], key_weight, key_eps)
+        _rotate(keys[entries], 0, keys.shape[1], cos[p], sin[p])
+        entry_positions[entries] = p
+        entries += 1
+    return entries, unpaired
 
 
 @compiled(reassociate=True)

@@ -81,3 +81,51 @@ def test_a_weight_changed_in_place_is_seen():
 def test_linears_in_another_dtype_take_the_pieces():
     attn = layer(torch.float64)
     assert fast.project_rows(attn, torch.randn(1, attn.wq_a.in_features), torch.tensor([0])) is None
+
+
+def oracle_entries(attn: Attention, x: torch.Tensor, chunks: Chunks, pending):
+    latents, positions, new_pending = attn.compressor.compress(x, chunks, pending)
+    key_rows = attn.indexer.rope(attn.indexer.k_norm(attn.indexer.wk(latents)), positions)
+    return attn.rope(latents, positions), positions, key_rows, new_pending
+
+
+# (layer of the TINY config, its compress ratio): the ratio-2 and the ratio-1 KV source
+SOURCES = {"ratio 2": 2, "ratio 1": 4}
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("starts", [[301], [300], [7, 40, 2001, 0, 5]])
+def test_a_decode_steps_entries_are_the_compressors(source, dtype, starts):
+    """One token per request at odd and even positions: the pairs a ratio-2 source completes
+    with its requests' pending tokens, the pending rows of those left unpaired; each entry's
+    rotated latent and index key."""
+    attn = layer(dtype, number=SOURCES[source])
+    gen = torch.Generator().manual_seed(len(starts))
+    chunks = Chunks.of(starts, [1] * len(starts))
+    x = torch.randn(len(starts), attn.wq_a.in_features, generator=gen, dtype=dtype)
+    pending = torch.randn(len(starts), 2, attn.head_dim, generator=gen, dtype=torch.float32)
+    got = fast.entry_rows(attn, x, chunks, pending)
+    want = oracle_entries(attn, x, chunks, pending)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-12
+    assert torch.equal(got[1], want[1])
+    for a, b in (got[0], want[0]), (got[2], want[2]):
+        assert a.dtype == dtype and a.shape == b.shape
+        assert a.numel() == 0 or float((a - b).abs().max() / b.abs().max()) < tolerance
+    if want[3] is None:
+        assert got[3] is None
+    else:
+        assert got[3].dtype == want[3].dtype
+        assert float((got[3] - want[3]).abs().max() / want[3].abs().max()) < tolerance
+
+
+def test_what_the_entry_loop_does_not_take_goes_to_the_compressor():
+    """A ratio-2 chunk of more than one token, or an odd position without its pending token
+    (the compressor refuses that by name), and too many tokens."""
+    attn = layer(torch.float32, number=SOURCES["ratio 2"])
+    x = torch.randn(2, attn.wq_a.in_features)
+    assert fast.entry_rows(attn, x, Chunks.of([4], [2]), None) is None
+    assert fast.entry_rows(attn, x[:1], Chunks.of([5], [1]), None) is None
+    many = torch.randn(fast.LOOP_TOKENS + 1, attn.wq_a.in_features)
+    ones = Chunks.of(list(range(0, 2 * len(many), 2)), [1] * len(many))
+    assert fast.entry_rows(attn, many, ones, None) is None
