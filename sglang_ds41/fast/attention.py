@@ -311,7 +311,11 @@ _FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
 def project_out(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """`attn.project_out(o, positions)`: undo the query RoPE, then the grouped low-rank output."""
+    """`attn.project_out(o, positions)`: undo the query RoPE, then the grouped low-rank output
+    (a decode step's few tokens in one loop, `fast.projection`)."""
+    y = projection.output_rows(attn, o, positions)
+    if y is not None:
+        return y
     o = rotate(attn.rope, o, positions, inverse=True)  # [T, H, Dh]
     o = o.flatten(1).unflatten(-1, (attn.groups, -1)).transpose(0, 1)  # [G, T, H*Dh/G]
     wo_a = attn.wo_a.weight.unflatten(0, (attn.groups, -1))  # [G, o_lora_rank, H*Dh/G]

@@ -12,6 +12,10 @@ and, on a KV source, the entries the step completes (`model.compressor.Compresso
     rotated   = RoPE(latent)                   at the entry's position (before its FP4 quantisation)
     key       = RoPE(RMSNorm_k(latent W_k^T))  (before its FP4 quantisation)
 
+and the way back from the attention's output (`Attention.project_out`):
+
+    y         = (RoPE^-1(o) grouped W_oa^T) W_ob^T
+
 Each is a few hundred multiply-adds a token at these sizes, where the calls they take apart
 (linears, the norms and rotations of `fast.rope`, the compressor's ~25 ops) cost ~75 us a
 layer in call overhead alone, ~250 us for a ratio-2 compressor (one thread, the tiny size).
@@ -99,9 +103,27 @@ def entry_rows(
     return rotated[:entries], entry_positions[:entries], keys[:entries], new_pending if unpaired else None
 
 
+def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | None:
+    """`attn.project_out(o, positions)` of o [T, H, Dh], or None when the loop does not take it."""
+    if o.shape[0] > LOOP_TOKENS or not compiles(o):
+        return None
+    build = lambda: _output_weights(attn, o.dtype)  # noqa: E731
+    weights = prepared(attn, f"_output_{o.dtype}", build, *_watched(attn, _OUTPUT))
+    if weights is None:
+        return None
+    wo_a, wo_b = weights
+    cos, sin = tables(attn.rope, positions, o.dtype)
+    y = torch.empty(o.shape[0], wo_b.shape[0], dtype=o.dtype)
+    rows = o.flatten(1).clone(memory_format=torch.contiguous_format)  # rotated back in place
+    heads = (attn.head_dim, attn.groups)
+    _output(numpy_of(rows), numpy_of(positions), cos, sin, *heads, wo_a, wo_b, numpy_of(y))
+    return y
+
+
 _NO_PENDING = np.zeros((0, 2, 0), np.float32)
 _QUERY = ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm")
 _ENTRY = ("compressor.wkv", "compressor.wgate", "compressor.norm", "indexer.wk", "indexer.k_norm")
+_OUTPUT = ("wo_a", "wo_b")
 
 
 def _watched(attn: Attention, names: tuple[str, ...] = _QUERY) -> tuple[torch.Tensor, ...]:
@@ -134,6 +156,13 @@ def _entry_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...
     gate_rows = np.zeros((0, 0), _NUMPY[dtype]) if gate is None else _dense(gate)
     latent, key = _norm(compressor.norm), _norm(indexer.k_norm)
     return _dense(compressor.wkv), gate_rows, latent, _dense(indexer.wk), key
+
+
+def _output_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
+    """The grouped low-rank output's weights, or None."""
+    if not _plain(dtype, attn.wo_a, attn.wo_b):
+        return None
+    return _dense(attn.wo_a), _dense(attn.wo_b)
 
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
@@ -207,6 +236,35 @@ def _entries(x, positions, ratio, wkv, wgate, latent_weight, latent_eps, pending
         entry_positions[entries] = p
         entries += 1
     return entries, unpaired
+
+
+@compiled(reassociate=True)
+def _output(o, positions, cos, sin, head_dim, groups, wo_a, wo_b, y):
+    """Each token's row of o [T, H * Dh] rotated back per head (in place), each group's slice
+    through its rows of wo_a, the groups' results in order through wo_b, into y."""
+    width = o.shape[1] // groups
+    rank = wo_a.shape[0] // groups
+    u = np.empty(wo_a.shape[0], o.dtype)
+    for t in range(o.shape[0]):
+        p = positions[t]
+        for start in range(0, o.shape[1], head_dim):
+            _rotate_back(o[t], start, head_dim, cos[p], sin[p])
+        for g in range(groups):
+            part, rows = slice(g * width, (g + 1) * width), slice(g * rank, (g + 1) * rank)
+            _linear(o[t, part], wo_a[rows], u[rows])
+        _linear(u, wo_b, y[t])
+
+
+@compiled
+def _rotate_back(row, start, width, cos, sin):
+    """The inverse of `_rotate`, as `fast.rope` spells it: a - b * (-s) is a + b * s exactly."""
+    half = cos.shape[0]
+    first = start + width - 2 * half
+    for i in range(half):
+        c, s = cos[i], sin[i]
+        even, odd = row[first + 2 * i], row[first + 2 * i + 1]
+        row[first + 2 * i] = even * c + odd * s
+        row[first + 2 * i + 1] = odd * c - even * s
 
 
 @compiled(reassociate=True)

@@ -129,3 +129,21 @@ def test_what_the_entry_loop_does_not_take_goes_to_the_compressor():
     many = torch.randn(fast.LOOP_TOKENS + 1, attn.wq_a.in_features)
     ones = Chunks.of(list(range(0, 2 * len(many), 2)), [1] * len(many))
     assert fast.entry_rows(attn, many, ones, None) is None
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tokens", [1, 3, fast.LOOP_TOKENS])
+def test_the_output_loop_is_project_out(shape, dtype, tokens):
+    """The attention's output rotated back per head, through each group's rows of wo_a and
+    wo_b; a token's row the same bits alone as in its batch."""
+    attn = layer(dtype, shape)
+    gen = torch.Generator().manual_seed(tokens)
+    o = torch.randn(tokens, attn.n_heads, attn.head_dim, generator=gen, dtype=dtype)
+    positions = torch.randint(0, 5000, (tokens,), generator=gen)
+    got, want = fast.output_rows(attn, o, positions), attn.project_out(o, positions)
+    assert got.dtype == dtype and got.shape == want.shape
+    assert float((got - want).abs().max() / want.abs().max()) < (1e-5 if dtype == torch.float32 else 1e-13)
+    assert torch.equal(fast.output_rows(attn, o[-1:], positions[-1:])[0], got[-1])
+    many = torch.randn(fast.LOOP_TOKENS + 1, *o.shape[1:], dtype=dtype)
+    assert fast.output_rows(attn, many, torch.arange(len(many))) is None
