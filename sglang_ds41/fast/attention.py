@@ -63,24 +63,24 @@ def project(
 ) -> Projected:
     """`attn.project(x, chunks, pending)`."""
     positions = chunks.positions
-    rows = projection.project_rows(attn, x, positions)  # a decode step's few tokens, one loop
-    if rows is None:
+    query = projection.project_rows(attn, x, positions)  # a decode step's few tokens, one loop
+    if query is None:
         q_lora = rms_norm(attn.q_norm, attn.wq_a(x))  # [T, q_lora_rank]
         q = rotate(attn.rope, attn.wq_b(q_lora).unflatten(-1, (attn.n_heads, attn.head_dim)), positions)
         kv = norm_rotate(attn.kv_norm, attn.rope, attn.wkv(x), positions)
     else:
-        q_lora, q, kv = rows
+        q_lora, q, kv = query
     window_kv, window_bytes = quant.window_fp8(kv)
     entries = None
     if attn.role is LayerRole.FULL:
-        rows = projection.entry_rows(attn, x, chunks, pending)  # a decode step's, one loop
-        if rows is None:
+        made = projection.entry_rows(attn, x, chunks, pending)  # a decode step's, one loop
+        if made is None:
             latents, entry_positions, new_pending = _latents(attn.compressor, x, chunks, pending)
             indexer = attn.indexer
             key_rows = norm_rotate(indexer.k_norm, indexer.rope, indexer.wk(latents), entry_positions)
             rotated = rotate(attn.rope, latents, entry_positions)
         else:
-            rotated, _, key_rows, new_pending = rows
+            rotated, _, key_rows, new_pending = made
         keys, key_bytes = quant.index_fp4(key_rows)
         kv, kv_bytes = quant.latent_fp4(rotated)
         entries = NewEntries(rotated, kv, keys, new_pending, kv_bytes, key_bytes)

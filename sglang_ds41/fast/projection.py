@@ -8,7 +8,8 @@ for a decode step's few tokens, as compiled loops, one per layer and kind:
 and, on a KV source, the entries the step completes (`model.compressor.Compressor.compress`,
 `Indexer.keys`; ratio 2 when each request brings one token):
 
-    latent    = RMSNorm_c(x W_ckv^T), or of the softmax(z)-weighted mean of a pair's a = x W_ckv^T
+    latent    = RMSNorm_c(a), a = x W_ckv^T; at ratio 2 RMSNorm_c of the pair's a weighted per
+                channel by the softmax over the pair of z = x W_gate^T
     rotated   = RoPE(latent)                   at the entry's position (before its FP4 quantisation)
     key       = RoPE(RMSNorm_k(latent W_k^T))  (before its FP4 quantisation)
 
@@ -16,14 +17,16 @@ and the way back from the attention's output (`Attention.project_out`):
 
     y         = (RoPE^-1(o) grouped W_oa^T) W_ob^T
 
-Each is a few hundred multiply-adds a token at these sizes, where the calls they take apart
-(linears, the norms and rotations of `fast.rope`, the compressor's ~25 ops) cost ~75 us a
-layer in call overhead alone, ~250 us for a ratio-2 compressor (one thread, the tiny size).
-The loops' arithmetic is the pieces': every dot product a float sum of its row (reassociated,
-so vectorised), each norm's sum of squares in float64 as `fast.rope` sums it, the rotation and
-the pair's softmax in the model's dtype; a token's rows depend on that token (and its
-request's pending one) alone, so a request gets the same bits in any batch. Past LOOP_TOKENS
-the GEMMs of the pieces win, and they take it.
+At the tiny and trained sizes each is 10-40 thousand multiply-adds a token (microseconds),
+where the calls they take apart (linears, the norms and rotations of `fast.rope`, the
+compressor's ~25 ops) cost ~75 us a layer in call overhead alone, ~250 us for a ratio-2
+compressor (one thread, the tiny size). The loops' arithmetic is the pieces': every dot
+product a float sum of its row (reassociated, so vectorised), each norm's sum of squares in
+float64 as `fast.rope` sums it, the rotation and the pair's softmax in the model's dtype. A
+token's rows depend on that token (and its request's pending one) alone, so a request gets the
+same bits in any batch the loops take. They read each weight once per token, where a GEMM
+reads it once per call: past LOOP_TOKENS tokens or LOOP_MACS multiply-adds a call (a real
+checkpoint's layers at any batch) the pieces run as before.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ from sglang_ds41.model.norm import upcast
 from .jit import compiled, compiles, numpy_of, prepared
 from .rope import tables
 
-# Up to this many tokens a layer's projections run as the one loop.
+# Up to this many tokens, and this many multiply-adds a call, a layer's projections run as the
+# loop. Measured (one thread): 16 tokens at the trained shape (~33k a token for the query side)
+# 98 us in the loop against 131 us for 17 tokens as pieces.
 LOOP_TOKENS = 16
+LOOP_MACS = 1 << 20
 
 
 def project_rows(
@@ -53,8 +59,9 @@ def project_rows(
     not compile, linears that are not plain dense ones in x's dtype)."""
     if x.shape[0] > LOOP_TOKENS or not compiles(x):
         return None
-    weights = prepared(attn, f"_projection_{x.dtype}", lambda: _weights(attn, x.dtype), *_watched(attn))
-    if weights is None:
+    build = lambda: _weights(attn, x.dtype)  # noqa: E731
+    weights = prepared(attn, f"_projection_{x.dtype}", build, *_watched(attn, _QUERY))
+    if weights is None or not _fits(x.shape[0], weights):
         return None
     wq_a, q_weight, wq_b, wkv, kv_weight = weights
     tokens = x.shape[0]
@@ -86,7 +93,7 @@ def entry_rows(
         return None
     build = lambda: _entry_weights(attn, x.dtype)  # noqa: E731
     weights = prepared(attn, f"_entries_{x.dtype}", build, *_watched(attn, _ENTRY))
-    if weights is None:
+    if weights is None or not _fits(tokens, weights):
         return None
     wkv, wgate, latent_weight, wk, key_weight = weights
     cos, sin = tables(attn.rope, positions, x.dtype)
@@ -94,12 +101,13 @@ def entry_rows(
     keys = torch.empty(tokens, wk.shape[0], dtype=x.dtype)
     entry_positions = torch.empty(tokens, dtype=torch.int64)
     new_pending = torch.zeros(tokens if compressor.ratio == 2 else 0, 2, wkv.shape[0], dtype=x.dtype)
-    held = _NO_PENDING if pending is None else numpy_of(pending.to(x.dtype).contiguous())
+    held = x.new_zeros(0, 2, 0) if pending is None else pending.to(x.dtype).contiguous()
     entries, unpaired = _entries(
         numpy_of(x.contiguous()), numpy_of(positions), compressor.ratio, wkv, wgate, latent_weight,
-        compressor.norm.eps, held, wk, key_weight, attn.indexer.k_norm.eps, cos, sin, numpy_of(rotated),
-        numpy_of(entry_positions), numpy_of(keys), numpy_of(new_pending),
+        compressor.norm.eps, numpy_of(held), wk, key_weight, attn.indexer.k_norm.eps, cos, sin,
+        numpy_of(rotated), numpy_of(entry_positions), numpy_of(keys), numpy_of(new_pending),
     )  # fmt: skip
+    # (the entry positions are the ones `compress` gives; the caller has them already)
     return rotated[:entries], entry_positions[:entries], keys[:entries], new_pending if unpaired else None
 
 
@@ -109,34 +117,41 @@ def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> to
         return None
     build = lambda: _output_weights(attn, o.dtype)  # noqa: E731
     weights = prepared(attn, f"_output_{o.dtype}", build, *_watched(attn, _OUTPUT))
-    if weights is None:
+    if weights is None or not _fits(o.shape[0], weights):
         return None
     wo_a, wo_b = weights
     cos, sin = tables(attn.rope, positions, o.dtype)
     y = torch.empty(o.shape[0], wo_b.shape[0], dtype=o.dtype)
     rows = o.flatten(1).clone(memory_format=torch.contiguous_format)  # rotated back in place
-    heads = (attn.head_dim, attn.groups)
-    _output(numpy_of(rows), numpy_of(positions), cos, sin, *heads, wo_a, wo_b, numpy_of(y))
+    shape = (attn.head_dim, attn.groups)
+    _output(numpy_of(rows), numpy_of(positions), cos, sin, *shape, wo_a, wo_b, numpy_of(y))
     return y
 
 
-_NO_PENDING = np.zeros((0, 2, 0), np.float32)
+# The modules whose `weight` each loop's copy is made from (the ratio-1 compressor has no gate).
 _QUERY = ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm")
 _ENTRY = ("compressor.wkv", "compressor.wgate", "compressor.norm", "indexer.wk", "indexer.k_norm")
 _OUTPUT = ("wo_a", "wo_b")
 
 
-def _watched(attn: Attention, names: tuple[str, ...] = _QUERY) -> tuple[torch.Tensor, ...]:
-    """The weights a loop's copy is made from. Read from the modules' own tables: this runs
-    every layer of every step, and `nn.Module`'s attribute lookup cost ~6 us for ten."""
+def _watched(attn: Attention, names: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
+    """The weights of `names` that exist as plain parameters, read from the modules' own tables:
+    this runs every layer of every step, and `nn.Module`'s attribute lookup cost ~6 us for ten.
+    (A module without one, e.g. a parametrized linear, is not plain: no loop takes its layer.)"""
     found = []
     for name in names:
         module = attn
         for part in name.split("."):
             module = module._modules.get(part) if module is not None else None
-        if module is not None:
-            found.append(module._parameters["weight"])
+        weight = None if module is None else module._parameters.get("weight")
+        if weight is not None:
+            found.append(weight)
     return tuple(found)
+
+
+def _fits(tokens: int, weights: tuple[np.ndarray, ...]) -> bool:
+    """Within LOOP_MACS: each token reads every linear's weight once (the norms' are vectors)."""
+    return tokens * sum(w.size for w in weights if w.ndim == 2) <= LOOP_MACS
 
 
 def _weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
@@ -144,7 +159,8 @@ def _weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | No
     do), or None when a linear is not a plain dense one in `dtype`."""
     if not _plain(dtype, attn.wq_a, attn.wq_b, attn.wkv):
         return None
-    return _dense(attn.wq_a), _norm(attn.q_norm), _dense(attn.wq_b), _dense(attn.wkv), _norm(attn.kv_norm)
+    q, kv = _norm_weight(attn.q_norm), _norm_weight(attn.kv_norm)
+    return _dense(attn.wq_a), q, _dense(attn.wq_b), _dense(attn.wkv), kv
 
 
 def _entry_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
@@ -153,9 +169,10 @@ def _entry_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...
     gate = compressor.wgate
     if not _plain(dtype, compressor.wkv, indexer.wk, *(() if gate is None else (gate,))):
         return None
-    gate_rows = np.zeros((0, 0), _NUMPY[dtype]) if gate is None else _dense(gate)
-    latent, key = _norm(compressor.norm), _norm(indexer.k_norm)
-    return _dense(compressor.wkv), gate_rows, latent, _dense(indexer.wk), key
+    wkv = _dense(compressor.wkv)
+    gate_rows = wkv[:0, :0] if gate is None else _dense(gate)
+    latent, key = _norm_weight(compressor.norm), _norm_weight(indexer.k_norm)
+    return wkv, gate_rows, latent, _dense(indexer.wk), key
 
 
 def _output_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
@@ -163,9 +180,6 @@ def _output_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ..
     if not _plain(dtype, attn.wo_a, attn.wo_b):
         return None
     return _dense(attn.wo_a), _dense(attn.wo_b)
-
-
-_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 def _plain(dtype: torch.dtype, *linears: nn.Module) -> bool:
@@ -176,7 +190,7 @@ def _dense(linear: nn.Linear) -> np.ndarray:
     return numpy_of(linear.weight.detach().contiguous())
 
 
-def _norm(norm: nn.Module) -> np.ndarray:
+def _norm_weight(norm: nn.Module) -> np.ndarray:
     return numpy_of(upcast(norm.weight.detach()).contiguous())
 
 
@@ -191,10 +205,10 @@ def _project(x, wq_a, q_weight, q_eps, wq_b, head_dim, wkv, kv_weight, kv_eps, p
         _normalise(q_lora[t], q_weight, q_eps)
         _linear(q_lora[t], wq_b, q[t])
         for start in range(0, q.shape[1], head_dim):
-            _rotate(q[t], start, head_dim, cos[p], sin[p])
+            _rotate(q[t], start, head_dim, cos[p], sin[p], False)
         _linear(x[t], wkv, kv[t])
         _normalise(kv[t], kv_weight, kv_eps)
-        _rotate(kv[t], 0, kv.shape[1], cos[p], sin[p])
+        _rotate(kv[t], 0, kv.shape[1], cos[p], sin[p], False)
 
 
 @compiled(reassociate=True, ieee_division=True)
@@ -229,10 +243,10 @@ def _entries(x, positions, ratio, wkv, wgate, latent_weight, latent_eps, pending
             latent[:] = a
         _normalise(latent, latent_weight, latent_eps)
         rotated[entries] = latent
-        _rotate(rotated[entries], 0, dh, cos[p], sin[p])
+        _rotate(rotated[entries], 0, dh, cos[p], sin[p], False)
         _linear(latent, wk, keys[entries])
         _normalise(keys[entries], key_weight, key_eps)
-        _rotate(keys[entries], 0, keys.shape[1], cos[p], sin[p])
+        _rotate(keys[entries], 0, keys.shape[1], cos[p], sin[p], False)
         entry_positions[entries] = p
         entries += 1
     return entries, unpaired
@@ -248,23 +262,11 @@ def _output(o, positions, cos, sin, head_dim, groups, wo_a, wo_b, y):
     for t in range(o.shape[0]):
         p = positions[t]
         for start in range(0, o.shape[1], head_dim):
-            _rotate_back(o[t], start, head_dim, cos[p], sin[p])
+            _rotate(o[t], start, head_dim, cos[p], sin[p], True)
         for g in range(groups):
             part, rows = slice(g * width, (g + 1) * width), slice(g * rank, (g + 1) * rank)
             _linear(o[t, part], wo_a[rows], u[rows])
         _linear(u, wo_b, y[t])
-
-
-@compiled
-def _rotate_back(row, start, width, cos, sin):
-    """The inverse of `_rotate`, as `fast.rope` spells it: a - b * (-s) is a + b * s exactly."""
-    half = cos.shape[0]
-    first = start + width - 2 * half
-    for i in range(half):
-        c, s = cos[i], sin[i]
-        even, odd = row[first + 2 * i], row[first + 2 * i + 1]
-        row[first + 2 * i] = even * c + odd * s
-        row[first + 2 * i + 1] = odd * c - even * s
 
 
 @compiled(reassociate=True)
@@ -290,12 +292,17 @@ def _normalise(row, weight, eps):
 
 
 @compiled
-def _rotate(row, start, width, cos, sin):
-    """RoPE in place on the last 2 * len(cos) channels of row[start : start + width]."""
+def _rotate(row, start, width, cos, sin, inverse):
+    """RoPE in place on the last 2 * len(cos) channels of row[start : start + width] (or back:
+    as `fast.rope` spells the inverse, a - b * (-s) is a + b * s exactly)."""
     half = cos.shape[0]
     first = start + width - 2 * half
     for i in range(half):
         c, s = cos[i], sin[i]
         even, odd = row[first + 2 * i], row[first + 2 * i + 1]
-        row[first + 2 * i] = even * c - odd * s
-        row[first + 2 * i + 1] = even * s + odd * c
+        if inverse:
+            row[first + 2 * i] = even * c + odd * s
+            row[first + 2 * i + 1] = odd * c - even * s
+        else:
+            row[first + 2 * i] = even * c - odd * s
+            row[first + 2 * i + 1] = even * s + odd * c

@@ -35,7 +35,7 @@ import math
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .corpus import tasks as T
@@ -318,19 +318,16 @@ class ReferenceCompleter:
 def served_parsing(parsing: ParsingOptions, body: dict[str, Any]) -> ParsingOptions:
     """The request's parsing options as the server reads its output: a `json_schema` answer is
     JSON output there too (`served_output.reads_json_output`), not only a `json_object` one."""
-    import dataclasses
-
     from sglang_ds41.plugin.serving.served_output import reads_json_output
 
-    return dataclasses.replace(parsing, parse_json_output=reads_json_output(body.get("response_format")))
+    kind = (body.get("response_format") or {}).get("type")
+    return replace(parsing, parse_json_output=reads_json_output(kind))
 
 
 def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -> dict[str, Any]:
     """Output ids (EOS last if the turn ended) as the server's chat message: its parse
     (`ServedOutput`, tolerant, the request's `tools` for unwrapping), malformed calls as
     `invalid_tool_calls`, and its finish reason by the server's rule (`served_finish_reason`)."""
-    import dataclasses
-
     from sglang_ds41.assets import v41_tokenizer
     from sglang_ds41.encoding import wrapped_arguments
     from sglang_ds41.encoding.special_tokens import Special
@@ -338,7 +335,7 @@ def served_message(ids: list[int], parsing: ParsingOptions, tools: Any = None) -
 
     ended = bool(ids) and ids[-1] == Special.EOS.id
     output = ServedOutput(
-        dataclasses.replace(parsing, tolerant=True),
+        replace(parsing, tolerant=True),
         tokenizer=v41_tokenizer(),
         declared=wrapped_arguments.declared_parameters(tools),
     )

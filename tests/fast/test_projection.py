@@ -15,8 +15,9 @@ from tests.model._tiny import randomize_, tiny_config
 SHAPES = {"tiny": {}, "trained": {"hidden_size": 128, "q_lora_rank": 64, "head_dim": 64}}
 
 
-def layer(dtype: torch.dtype, shape: str = "tiny", number: int = 2) -> Attention:
-    attn = randomize_(Attention(tiny_config(**SHAPES[shape]), number), seed=number)
+def layer(dtype: torch.dtype, shape: str | dict = "tiny", number: int = 2) -> Attention:
+    dims = SHAPES[shape] if isinstance(shape, str) else shape
+    attn = randomize_(Attention(tiny_config(**dims), number), seed=number)
     return attn.to(dtype).requires_grad_(False)
 
 
@@ -67,15 +68,45 @@ def test_the_phase_takes_the_loop_up_to_its_bound_and_the_gemms_past_it(monkeypa
     assert taken == [1, fast.LOOP_TOKENS]
 
 
-def test_a_weight_changed_in_place_is_seen():
-    attn = layer(torch.float32)
-    x, positions = torch.randn(2, attn.wq_a.in_features), torch.tensor([3, 4])
-    fast.project_rows(attn, x, positions)
-    attn.wkv.weight.mul_(2)
-    attn.q_norm.weight.add_(1)
-    got = fast.project_rows(attn, x, positions)
-    for a, b in zip(got, pieces(attn, x, positions), strict=True):
-        assert float((a - b).abs().max() / b.abs().max()) < 1e-5
+def test_weights_given_new_storage_are_seen():
+    """The loops read the weights' memory; a weight re-pointed to other storage (a reload) is
+    read anew, each loop's every weight (the copies are made from the watched ones)."""
+    attn = layer(torch.float32, number=SOURCES["ratio 2"])
+    x, positions = torch.randn(1, attn.wq_a.in_features), torch.tensor([5])
+    chunks, pending = Chunks.of([5], [1]), torch.randn(1, 2, attn.head_dim)
+    o = torch.randn(1, attn.n_heads, attn.head_dim)
+
+    def pairs():
+        entries = fast.entry_rows(attn, x, chunks, pending), oracle_entries(attn, x, chunks, pending)
+        return [
+            *zip(fast.project_rows(attn, x, positions), pieces(attn, x, positions), strict=True),
+            *zip(*entries, strict=True),
+            (fast.output_rows(attn, o, positions), attn.project_out(o, positions)),
+        ]
+
+    pairs()
+    kinds = [fast._QUERY, fast._ENTRY, fast._OUTPUT]
+    assert [len(fast._watched(attn, names)) for names in kinds] == [len(names) for names in kinds]
+    for name in {name for names in kinds for name in names}:
+        module = attn.get_submodule(name)
+        module.weight.data = module.weight.data * 1.5 + 0.25  # new storage, other values
+    for got, want in pairs():
+        if want is None or want.dtype == torch.int64:  # no new pending (an odd token); positions
+            assert got is None if want is None else torch.equal(got, want)
+            continue
+        assert float((got.double() - want.double()).abs().max() / want.abs().max().clamp(min=1)) < 1e-5
+
+
+def test_a_layer_too_large_for_the_loop_takes_the_pieces():
+    """Each token reads every weight once in the loop: past LOOP_MACS a call (a real layer's
+    sizes, or many tokens of a large one) the GEMMs of the pieces run."""
+    attn = layer(torch.float32, {"hidden_size": 1024, "q_lora_rank": 512})
+    per_token = sum(m.weight.numel() for m in (attn.wq_a, attn.wq_b, attn.wkv))
+    fits = fast.LOOP_MACS // per_token
+    assert 1 <= fits < fast.LOOP_TOKENS
+    for tokens, taken in ((fits, True), (fits + 1, False)):
+        got = fast.project_rows(attn, torch.randn(tokens, 1024), torch.arange(tokens))
+        assert (got is not None) == taken
 
 
 def test_linears_in_another_dtype_take_the_pieces():
@@ -89,13 +120,13 @@ def oracle_entries(attn: Attention, x: torch.Tensor, chunks: Chunks, pending):
     return attn.rope(latents, positions), positions, key_rows, new_pending
 
 
-# (layer of the TINY config, its compress ratio): the ratio-2 and the ratio-1 KV source
+# the TINY config's KV sources: the layer with compress ratio 2, the one with ratio 1
 SOURCES = {"ratio 2": 2, "ratio 1": 4}
 
 
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("starts", [[301], [300], [7, 40, 2001, 0, 5]])
+@pytest.mark.parametrize("starts", [[301], [300], [300, 42], [7, 40, 2001, 0, 5]])
 def test_a_decode_steps_entries_are_the_compressors(source, dtype, starts):
     """One token per request at odd and even positions: the pairs a ratio-2 source completes
     with its requests' pending tokens, the pending rows of those left unpaired; each entry's
@@ -105,6 +136,8 @@ def test_a_decode_steps_entries_are_the_compressors(source, dtype, starts):
     chunks = Chunks.of(starts, [1] * len(starts))
     x = torch.randn(len(starts), attn.wq_a.in_features, generator=gen, dtype=dtype)
     pending = torch.randn(len(starts), 2, attn.head_dim, generator=gen, dtype=torch.float32)
+    if all(start % 2 == 0 for start in starts):
+        pending = None  # the store hands none when no request starts at an odd position
     got = fast.entry_rows(attn, x, chunks, pending)
     want = oracle_entries(attn, x, chunks, pending)
     tolerance = 1e-5 if dtype == torch.float32 else 1e-12

@@ -61,10 +61,10 @@ from starlette.responses import Response
 from sglang_ds41.encoding import wrapped_arguments
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.plugin.serving.served_output import (
-    JSON_RESPONSE_FORMATS,
     ServedCall,
     ServedOutput,
     Step,
+    reads_json_output,
     served_finish_reason,
 )
 
@@ -119,7 +119,7 @@ def parsing_options(adapter: Any, request: Any) -> ParsingOptions:
         parse_tool_calls=request.task is None and adapter._hooks.tool_call_parsing_active(request),
         # SGLang enforces required/named choices with its grammar; the prompt opens no block.
         starts_in_tool_calls=False,
-        parse_json_output=response_format is not None and response_format.type in JSON_RESPONSE_FORMATS,
+        parse_json_output=reads_json_output(None if response_format is None else response_format.type),
         tolerant=True,
     )
 

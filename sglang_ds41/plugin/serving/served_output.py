@@ -65,10 +65,10 @@ def _without_cut_block_start(held: list) -> list:
     return held
 
 
-def reads_json_output(response_format: Mapping | None) -> bool:
-    """Whether the server reads the answer to a request with this `response_format` (the
-    request's field, e.g. `{"type": "json_schema", ...}`) as JSON output."""
-    return bool(response_format) and response_format.get("type") in JSON_RESPONSE_FORMATS
+def reads_json_output(response_format_type: str | None) -> bool:
+    """Whether the server reads the answer to a request whose `response_format` has this type
+    (None: no response format) as JSON output."""
+    return response_format_type in JSON_RESPONSE_FORMATS
 
 
 @dataclass(frozen=True, kw_only=True)
