@@ -98,10 +98,12 @@ class EventLog:
         return events
 
     def append(self, event: Event) -> Event:
+        stored = Event(event.type, {**event.data, "time": round(time.time(), 3)}, self._count + 1)
+        # ASCII with escapes: every str round-trips, a lone surrogate too (which UTF-8 cannot
+        # hold: Python makes them of bytes that are not UTF-8, e.g. in a listed file's name).
+        line = json.dumps(stored.to_json(), separators=(",", ":")) + "\n"
+        self._file.write(line.encode("ascii"))
         self._count += 1
-        stored = Event(event.type, {**event.data, "time": round(time.time(), 3)}, self._count)
-        line = json.dumps(stored.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
-        self._file.write(line.encode())
         self._file.flush()  # in the OS from here on: a killed process loses nothing
         self._dirty = True
         if self._kill_after is not None and self._count == self._kill_after:

@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 import openai
 
 from .errors import AgentConfigError, IncompleteStream
-from .tools import PreparedCall, ToolContext, result_text
+from .tools import PreparedCall, ToolContext, result_text, sendable
 from .trust import Hold, UntrustedContent
 
 
@@ -211,7 +211,7 @@ def error_text(error: BaseException) -> str:
     """One short line for the model: the exception type and message, never a traceback."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     text = f"Error: {type(error).__name__}: {message}" if message else f"Error: {type(error).__name__}"
-    return text[:500]
+    return sendable(text[:500])
 
 
 class ThreadExecutor:

@@ -203,14 +203,27 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 
 def result_text(value: Any) -> str:
-    """What the model sees for a tool's return value: text as is, anything else as JSON."""
+    """What the model sees for a tool's return value: text as is, anything else as JSON; always
+    text that can be sent (`sendable`)."""
     if isinstance(value, str):
-        return value
+        return sendable(value)
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return sendable(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def sendable(text: str) -> str:
+    """`text` with every lone surrogate written as its escape (`\\udcff`), so that it encodes as
+    UTF-8: Python hands out such strings for bytes that are not UTF-8 (a file name listed
+    with `os.listdir`), and one in a tool result would fail the request to the model (and the
+    run log) with an encoding error. Text without them is returned as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def function_tool(

@@ -148,11 +148,12 @@ class Workspace:
 
 
 def _describe(entry: os.DirEntry[str]) -> str:
+    name = os.fsencode(entry.name).decode("utf-8", "backslashreplace")  # bytes that are not UTF-8 as \xff
     if entry.is_symlink():
-        return f"{entry.name} (symlink, not followed)"
+        return f"{name} (symlink, not followed)"
     if entry.is_dir(follow_symlinks=False):
-        return f"{entry.name}/"
-    return f"{entry.name} ({entry.stat(follow_symlinks=False).st_size} bytes)"
+        return f"{name}/"
+    return f"{name} ({entry.stat(follow_symlinks=False).st_size} bytes)"
 
 
 def workspace_tools(

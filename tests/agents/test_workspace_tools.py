@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -114,3 +115,49 @@ def test_tool_set_has_no_shell_and_delete_needs_approval(tmp_path):
     assert set(t.name for t in workspace_tools(tmp_path, writable=False)) == {"list_dir", "read_file"}
     call = tools["write_file"].prepare("c", '{"path": "n.txt", "content": "hi"}')
     assert tools["write_file"].invoke(call.kwargs, ToolContext("c", "write_file")) == "wrote 2 bytes to n.txt"
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_and_the_run_goes_on(serve, tmp_path):
+    """Attack: a file planted with a name that is not UTF-8. Python lists it with a lone
+    surrogate, which no request body or UTF-8 log line can hold: the run used to fail with an
+    encoding error as the tool result reached its log. The listing shows the byte escaped, the
+    model gets it, and the run log reads back whole."""
+    from sglang_ds41.agents import Agent, Runner
+    from sglang_ds41.agents.log import read_log
+    from sglang_ds41.agents.testing import Reply, by_turn
+
+    from .conftest import fast_policies
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / os.fsdecode(b"\xffbad.txt")).write_bytes(b"x")
+    seen: list[str] = []
+
+    def script(body, index):
+        seen.extend(m["content"] for m in body["messages"] if m["role"] == "tool")
+        return by_turn(
+            [Reply(tool_calls=[("list_dir", {"path": "."})]), Reply(content="listed")]
+        )(body, index)
+
+    agent = Agent(name="w", tools=workspace_tools(root, writable=False), policies=fast_policies())
+    result = Runner.run_sync(agent, "list it", base_url=serve(script).base_url, run_dir=tmp_path / "run")
+    assert result.final_output == "listed"
+    assert seen == ["\\xffbad.txt (1 bytes)"]
+    finished = [e for e in read_log(tmp_path / "run") if e.type == "tool_finished"]
+    assert "\\xffbad.txt (1 bytes)" in json.dumps([e.data for e in finished])
+
+
+def test_tool_results_and_the_run_log_hold_any_python_text(tmp_path):
+    """A tool may return text with a lone surrogate (its own bytes decoded with
+    surrogateescape): the model gets it escaped; the log keeps any event's text exactly."""
+    from sglang_ds41.agents.events import Event
+    from sglang_ds41.agents.log import EventLog, read_log
+    from sglang_ds41.agents.tools import result_text
+
+    assert result_text("a\udcffb") == "a\\udcffb" and result_text({"k": "\ud800"}) == '{"k": "\\ud800"}'
+    assert result_text("plain ü") == "plain ü"
+    log = EventLog(tmp_path, resume=False)
+    log.append(Event("note", {"text": "a\udcffb ü"}))
+    log.append(Event("note", {"text": "next"}))
+    log.close()
+    assert [e.data["text"] for e in read_log(tmp_path)] == ["a\udcffb ü", "next"]
