@@ -32,6 +32,7 @@ checkpoint's layers at any batch) the pieces run as before.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -57,11 +58,8 @@ def project_rows(
     """(q_lora [T, q_lora_rank], q [T, H, Dh], window KV [T, Dh] before its quantisation) of
     x [T, D], or None when the loop does not take them (too many tokens, a dtype the loops do
     not compile, linears that are not plain dense ones in x's dtype)."""
-    if x.shape[0] > LOOP_TOKENS or not compiles(x):
-        return None
-    build = lambda: _weights(attn, x.dtype)  # noqa: E731
-    weights = prepared(attn, f"_projection_{x.dtype}", build, *_watched(attn, _QUERY))
-    if weights is None or not _fits(x.shape[0], weights):
+    weights = _loop_weights(attn, x, "_projection", _weights, _QUERY)
+    if weights is None:
         return None
     wq_a, q_weight, wq_b, wkv, kv_weight = weights
     tokens = x.shape[0]
@@ -87,13 +85,10 @@ def entry_rows(
     a dtype or linears the loop does not take)."""
     compressor, tokens = attn.compressor, x.shape[0]
     positions = chunks.positions
-    if tokens > LOOP_TOKENS or not compiles(x):
-        return None
     if compressor.ratio == 2 and (tokens != chunks.size or (pending is None and bool((positions % 2).any()))):
         return None
-    build = lambda: _entry_weights(attn, x.dtype)  # noqa: E731
-    weights = prepared(attn, f"_entries_{x.dtype}", build, *_watched(attn, _ENTRY))
-    if weights is None or not _fits(tokens, weights):
+    weights = _loop_weights(attn, x, "_entries", _entry_weights, _ENTRY)
+    if weights is None:
         return None
     wkv, wgate, latent_weight, wk, key_weight = weights
     cos, sin = tables(attn.rope, positions, x.dtype)
@@ -113,11 +108,8 @@ def entry_rows(
 
 def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | None:
     """`attn.project_out(o, positions)` of o [T, H, Dh], or None when the loop does not take it."""
-    if o.shape[0] > LOOP_TOKENS or not compiles(o):
-        return None
-    build = lambda: _output_weights(attn, o.dtype)  # noqa: E731
-    weights = prepared(attn, f"_output_{o.dtype}", build, *_watched(attn, _OUTPUT))
-    if weights is None or not _fits(o.shape[0], weights):
+    weights = _loop_weights(attn, o, "_output", _output_weights, _OUTPUT)
+    if weights is None:
         return None
     wo_a, wo_b = weights
     cos, sin = tables(attn.rope, positions, o.dtype)
@@ -132,6 +124,23 @@ def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> to
 _QUERY = ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm")
 _ENTRY = ("compressor.wkv", "compressor.wgate", "compressor.norm", "indexer.wk", "indexer.k_norm")
 _OUTPUT = ("wo_a", "wo_b")
+
+
+def _loop_weights(
+    attn: Attention,
+    rows: torch.Tensor,
+    name: str,
+    build: Callable[[Attention, torch.dtype], tuple[np.ndarray, ...] | None],
+    watched: tuple[str, ...],
+) -> tuple[np.ndarray, ...] | None:
+    """A loop's weights (`build`'s copy, kept on the layer as `name`) for the tokens of `rows`,
+    or None when the loop does not take them: too many tokens or multiply-adds, a dtype the
+    loops do not compile, linears that are not plain dense ones in that dtype."""
+    if rows.shape[0] > LOOP_TOKENS or not compiles(rows):
+        return None
+    dtype = rows.dtype
+    weights = prepared(attn, f"{name}_{dtype}", lambda: build(attn, dtype), *_watched(attn, watched))
+    return weights if weights is not None and _fits(rows.shape[0], weights) else None
 
 
 def _watched(attn: Attention, names: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
