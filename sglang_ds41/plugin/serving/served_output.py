@@ -45,7 +45,7 @@ CUT_IN_NAME = "call cut off inside its name"
 # The response formats whose answer the server reads as JSON output (`parse_json_output`), as
 # upstream's DeepSeek-recipe adapter decides: both JSON formats, where the official renderer's
 # own parsing options say so for `json_object` alone (`encoding.parsing_options`). It keeps a
-# `</think>` written inside the JSON as text instead of deleting it (docs/ENCODING.md §4.2).
+# `</think>` written inside the JSON as text instead of deleting it (docs/ENCODING.md §4.4).
 JSON_RESPONSE_FORMATS = ("json_object", "json_schema")
 # A stop match ends on the last id; the ids it covers decode to at least one character each,
 # except pieces of a character split over several byte-level ids (at most 4 per character).
