@@ -102,7 +102,7 @@ def entry_rows(
         compressor.norm.eps, numpy_of(held), wk, key_weight, attn.indexer.k_norm.eps, cos, sin,
         numpy_of(rotated), numpy_of(entry_positions), numpy_of(keys), numpy_of(new_pending),
     )  # fmt: skip
-    # (the entry positions are the ones `compress` gives; the caller has them already)
+    # (the caller stores the rows only; the positions say which tokens made entries)
     return rotated[:entries], entry_positions[:entries], keys[:entries], new_pending if unpaired else None
 
 
@@ -114,9 +114,8 @@ def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> to
     wo_a, wo_b = weights
     cos, sin = tables(attn.rope, positions, o.dtype)
     y = torch.empty(o.shape[0], wo_b.shape[0], dtype=o.dtype)
-    rows = o.flatten(1).clone(memory_format=torch.contiguous_format)  # rotated back in place
-    shape = (attn.head_dim, attn.groups)
-    _output(numpy_of(rows), numpy_of(positions), cos, sin, *shape, wo_a, wo_b, numpy_of(y))
+    rows, shape = numpy_of(o.flatten(1).contiguous()), (attn.head_dim, attn.groups)
+    _output(rows, numpy_of(positions), cos, sin, *shape, wo_a, wo_b, numpy_of(y))
     return y
 
 
@@ -263,19 +262,25 @@ def _entries(x, positions, ratio, wkv, wgate, latent_weight, latent_eps, pending
 
 @compiled(reassociate=True)
 def _output(o, positions, cos, sin, head_dim, groups, wo_a, wo_b, y):
-    """Each token's row of o [T, H * Dh] rotated back per head (in place), each group's slice
+    """Each token's row of o [T, H * Dh] rotated back per head (in a copy), each group's slice
     through its rows of wo_a, the groups' results in order through wo_b, into y."""
     width = o.shape[1] // groups
     rank = wo_a.shape[0] // groups
+    row = np.empty(o.shape[1], o.dtype)
     u = np.empty(wo_a.shape[0], o.dtype)
     for t in range(o.shape[0]):
         p = positions[t]
+        row[:] = o[t]
         for start in range(0, o.shape[1], head_dim):
-            _rotate(o[t], start, head_dim, cos[p], sin[p], True)
+            _rotate(row, start, head_dim, cos[p], sin[p], True)
         for g in range(groups):
             part, rows = slice(g * width, (g + 1) * width), slice(g * rank, (g + 1) * rank)
-            _linear(o[t, part], wo_a[rows], u[rows])
+            _linear(row[part], wo_a[rows], u[rows])
         _linear(u, wo_b, y[t])
+
+
+# One row's linear, RMSNorm and RoPE: `fast.rope`'s loops restated for a row, since a compiled
+# loop calls compiled code of its own file only (`fast.jit.compiled`).
 
 
 @compiled(reassociate=True)
