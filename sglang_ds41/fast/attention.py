@@ -5,8 +5,9 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
   `fast.quant`), the linears as they are; a decode step's few tokens get the query and
   window-key projections, and a KV source's new entries, linears included, from one loop
   each (`fast.projection`).
-* `select`: the window rows as the oracle's; an index source scores with queries from the
-  compiled RoPE and quantiser, and selects its rows' top-k in one compiled loop over their
+* `select`: the window rows as the oracle's; an index source scores with queries from one
+  loop for a decode step's few tokens (`fast.projection`), else the compiled RoPE, then the
+  compiled quantiser, and selects its rows' top-k in one compiled loop over their
   whole rows of scores (`fast.selection`; past 2^24 scores, the oracle's bounded scan).
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
   decode-sized batch gathers each token's rows (`attention.sparse_attention`; up to
@@ -99,11 +100,15 @@ def _latents(
 def queries(
     indexer: Indexer, x: torch.Tensor, q_lora: torch.Tensor, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`indexer.queries(x, q_lora, positions)`."""
-    q = indexer.wq_b(q_lora).unflatten(-1, (indexer.n_heads, indexer.head_dim))  # [T, Hi, Di]
-    q = quant.index_fp4(rotate(indexer.rope, q, positions))[0]
-    w = upcast(indexer.weights_proj(x)) * (indexer.head_dim**-0.5 * indexer.n_heads**-0.5)  # [T, Hi]
-    return q, w
+    """`indexer.queries(x, q_lora, positions)`; a decode step's few tokens in one loop."""
+    made = projection.index_rows(indexer, x, q_lora, positions)
+    if made is None:
+        q = indexer.wq_b(q_lora).unflatten(-1, (indexer.n_heads, indexer.head_dim))  # [T, Hi, Di]
+        q = rotate(indexer.rope, q, positions)
+        w = upcast(indexer.weights_proj(x)) * (indexer.head_dim**-0.5 * indexer.n_heads**-0.5)  # [T, Hi]
+    else:
+        q, w = made
+    return quant.index_fp4(q)[0], w
 
 
 def select(

@@ -13,6 +13,11 @@ and, on a KV source, the entries the step completes (`model.compressor.Compresso
     rotated   = RoPE(latent)                   at the entry's position (before its FP4 quantisation)
     key       = RoPE(RMSNorm_k(latent W_k^T))  (before its FP4 quantisation)
 
+an index source's queries (`model.indexer.Indexer.queries`):
+
+    q^I       = RoPE(q_lora W_qb^I^T)          per index head (before its FP4 quantisation)
+    w         = (x W_w^T) / sqrt(Di * Hi)      the heads' weights
+
 and the way back from the attention's output (`Attention.project_out`):
 
     y         = (RoPE^-1(o) grouped W_oa^T) W_ob^T
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -40,6 +46,7 @@ from torch import nn
 
 from sglang_ds41.model.attention import Attention
 from sglang_ds41.model.batch import Chunks
+from sglang_ds41.model.indexer import Indexer
 from sglang_ds41.model.norm import upcast
 
 from .jit import compiled, compiles, numpy_of, prepared
@@ -50,6 +57,8 @@ from .rope import tables
 # 98 us in the loop against 131 us for 17 tokens as pieces.
 LOOP_TOKENS = 16
 LOOP_MACS = 1 << 20
+
+M = TypeVar("M", bound=nn.Module)
 
 
 def project_rows(
@@ -106,6 +115,29 @@ def entry_rows(
     return rotated[:entries], entry_positions[:entries], keys[:entries], new_pending if unpaired else None
 
 
+def index_rows(
+    indexer: Indexer, x: torch.Tensor, q_lora: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(index queries q^I [T, Hi, Di] before their quantisation, head weights w [T, Hi]) of
+    x [T, D] and q_lora [T, q_lora_rank], or None when the loop does not take them."""
+    if q_lora.dtype != x.dtype:
+        return None
+    weights = _loop_weights(indexer, x, "_index", _index_weights, _INDEX)
+    if weights is None:
+        return None
+    wq_b, w_heads = weights
+    tokens, heads = x.shape[0], indexer.n_heads
+    q = torch.empty(tokens, wq_b.shape[0], dtype=x.dtype)
+    w = torch.empty(tokens, heads, dtype=x.dtype)
+    scale = np.full(1, indexer.head_dim**-0.5 * heads**-0.5, dtype=wq_b.dtype)  # as torch rounds it
+    cos, sin = tables(indexer.rope, positions, x.dtype)
+    _index(
+        numpy_of(x.contiguous()), numpy_of(q_lora.contiguous()), wq_b, indexer.head_dim, w_heads, scale,
+        numpy_of(positions), cos, sin, numpy_of(q), numpy_of(w),
+    )  # fmt: skip
+    return q.view(tokens, heads, indexer.head_dim), w
+
+
 def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | None:
     """`attn.project_out(o, positions)` of o [T, H, Dh], or None when the loop does not take it."""
     weights = _loop_weights(attn, o, "_output", _output_weights, _OUTPUT)
@@ -123,16 +155,17 @@ def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> to
 _QUERY = ("wq_a", "q_norm", "wq_b", "wkv", "kv_norm")
 _ENTRY = ("compressor.wkv", "compressor.wgate", "compressor.norm", "indexer.wk", "indexer.k_norm")
 _OUTPUT = ("wo_a", "wo_b")
+_INDEX = ("wq_b", "weights_proj")
 
 
 def _loop_weights(
-    attn: Attention,
+    attn: M,
     rows: torch.Tensor,
     name: str,
-    build: Callable[[Attention, torch.dtype], tuple[np.ndarray, ...] | None],
+    build: Callable[[M, torch.dtype], tuple[np.ndarray, ...] | None],
     watched: tuple[str, ...],
 ) -> tuple[np.ndarray, ...] | None:
-    """A loop's weights (`build`'s copy, kept on the layer as `name`) for the tokens of `rows`,
+    """A loop's weights (`build`'s copy, kept on the module as `name`) for the tokens of `rows`,
     or None when the loop does not take them: too many tokens or multiply-adds, a dtype the
     loops do not compile, linears that are not plain dense ones in that dtype."""
     if rows.shape[0] > LOOP_TOKENS or not compiles(rows):
@@ -142,7 +175,7 @@ def _loop_weights(
     return weights if weights is not None and _fits(rows.shape[0], weights) else None
 
 
-def _watched(attn: Attention, names: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
+def _watched(attn: nn.Module, names: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
     """The weights of `names` that exist as plain parameters, read from the modules' own tables:
     this runs every layer of every step, and `nn.Module`'s attribute lookup cost ~6 us for ten.
     (A module without one, e.g. a parametrized linear, is not plain: no loop takes its layer.)"""
@@ -188,6 +221,13 @@ def _output_weights(attn: Attention, dtype: torch.dtype) -> tuple[np.ndarray, ..
     if not _plain(dtype, attn.wo_a, attn.wo_b):
         return None
     return _dense(attn.wo_a), _dense(attn.wo_b)
+
+
+def _index_weights(indexer: Indexer, dtype: torch.dtype) -> tuple[np.ndarray, ...] | None:
+    """The index queries' and head weights' linears, or None."""
+    if not _plain(dtype, indexer.wq_b, indexer.weights_proj):
+        return None
+    return _dense(indexer.wq_b), _dense(indexer.weights_proj)
 
 
 def _plain(dtype: torch.dtype, *linears: nn.Module) -> bool:
@@ -258,6 +298,20 @@ def _entries(x, positions, ratio, wkv, wgate, latent_weight, latent_eps, pending
         entry_positions[entries] = p
         entries += 1
     return entries, unpaired
+
+
+@compiled(reassociate=True)
+def _index(x, q_lora, wq_b, head_dim, w_heads, scale, positions, cos, sin, q, w):
+    """Each token's index queries, rotated per head, into q, and its head weights times the
+    scale (in the model's dtype, as torch multiplies by a Python float) into w."""
+    for t in range(x.shape[0]):
+        p = positions[t]
+        _linear(q_lora[t], wq_b, q[t])
+        for start in range(0, q.shape[1], head_dim):
+            _rotate(q[t], start, head_dim, cos[p], sin[p], False)
+        _linear(x[t], w_heads, w[t])
+        for h in range(w.shape[1]):
+            w[t, h] = w[t, h] * scale[0]
 
 
 @compiled(reassociate=True)

@@ -180,3 +180,43 @@ def test_the_output_loop_is_project_out(shape, dtype, tokens):
     assert torch.equal(fast.output_rows(attn, o[-1:], positions[-1:])[0], got[-1])
     many = torch.randn(fast.LOOP_TOKENS + 1, *o.shape[1:], dtype=dtype)
     assert fast.output_rows(attn, many, torch.arange(len(many))) is None
+
+
+def index_pieces(indexer, x: torch.Tensor, q_lora: torch.Tensor, positions: torch.Tensor):
+    q = indexer.rope(indexer.wq_b(q_lora).unflatten(-1, (indexer.n_heads, indexer.head_dim)), positions)
+    return q, indexer.weights_proj(x) * (indexer.head_dim**-0.5 * indexer.n_heads**-0.5)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tokens", [1, 4, fast.LOOP_TOKENS])
+def test_the_index_query_loop_is_the_indexers_queries(shape, dtype, tokens):
+    """An index source's queries per head, rotated (before their FP4 quantisation), and its head
+    weights scaled in the model's dtype; a token's rows the same bits alone as in its batch;
+    past LOOP_TOKENS, or with q_lora in another dtype, the pieces."""
+    indexer = layer(dtype, shape, number=SOURCES["ratio 1"]).indexer
+    gen = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, indexer.weights_proj.in_features, generator=gen, dtype=dtype)
+    q_lora = torch.randn(tokens, indexer.wq_b.in_features, generator=gen, dtype=dtype)
+    positions = torch.randint(0, 5000, (tokens,), generator=gen)
+    got, want = fast.index_rows(indexer, x, q_lora, positions), index_pieces(indexer, x, q_lora, positions)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == dtype and a.shape == b.shape
+        assert float((a - b).abs().max() / b.abs().max()) < (1e-5 if dtype == torch.float32 else 1e-13)
+    alone = fast.index_rows(indexer, x[-1:], q_lora[-1:], positions[-1:])
+    assert all(torch.equal(a[0], b[-1]) for a, b in zip(alone, got, strict=True))
+    many = torch.randn(fast.LOOP_TOKENS + 1, x.shape[1], dtype=dtype)
+    assert fast.index_rows(indexer, many, many[:, : q_lora.shape[1]], torch.arange(len(many))) is None
+    assert fast.index_rows(indexer, x, q_lora.to(torch.float16), positions) is None
+
+
+def test_the_index_weights_scale_rounds_as_torchs():
+    """w = weights_proj(x) * a Python float: torch rounds the scale to float32 first in a float32
+    model; the loop multiplies by that float32 scale, so the weights are the same bits when the
+    products are (a linear of one input column: a single product each)."""
+    indexer = layer(torch.float32, {"index_head_dim": 24}, number=SOURCES["ratio 1"]).indexer
+    x = torch.zeros(3, indexer.weights_proj.in_features)
+    x[:, 0] = torch.tensor([0.3, -1.7, 11.1])
+    got = fast.index_rows(indexer, x, torch.randn(3, indexer.wq_b.in_features), torch.arange(3))[1]
+    want = indexer.weights_proj(x) * (indexer.head_dim**-0.5 * indexer.n_heads**-0.5)
+    assert torch.equal(got, want)
