@@ -41,7 +41,7 @@ from sglang_ds41.model.roles import LayerRole
 from sglang_ds41.model.selection import picks_every_entry
 
 from . import projection, quant, selection
-from .jit import compiled, compiles, numpy_of
+from .jit import compiled, compiles, host_empty, numpy_of
 from .rope import norm_rotate, rms_norm, rotate
 
 # Query rows per block of the union attention.
@@ -291,10 +291,10 @@ def gathered_attention(
     is small (a decode step over a short window and few picks), else that function."""
     if not (compiles(q) and pool.dtype == q.dtype) or ids.numel() * q.shape[1] > LOOP_SCORES:
         return sparse_attention(q, pool, ids, sink, scale)
-    out = torch.empty_like(q)
+    out, out_ = host_empty(*q.shape, dtype=q.dtype)
     _gathered(
         numpy_of(q.contiguous()), numpy_of(pool.contiguous()), numpy_of(ids.contiguous()),
-        numpy_of(upcast(sink)), scale, numpy_of(out),
+        numpy_of(upcast(sink)), scale, out_,
     )  # fmt: skip
     return out
 

@@ -16,7 +16,7 @@ import torch
 from sglang_ds41.engram import gate
 from sglang_ds41.engram.gate import GATE_FLOOR
 
-from .jit import compiled, compiles, numpy_of
+from .jit import compiled, compiles, host_empty, numpy_of
 
 
 def apply_engram(
@@ -35,10 +35,10 @@ def apply_engram(
     if not (fits and same and compiles(residual)) or grad:  # no autograd through the loop
         return gate.apply_engram(residual, kv, weight, eps, image_mask)
     image = torch.zeros(t, dtype=torch.bool) if image_mask is None else image_mask.reshape(t)
-    out = torch.empty_like(residual)
+    out, out_ = host_empty(*residual.shape, dtype=residual.dtype)
     _gate(
         numpy_of(residual.contiguous()), numpy_of(kv.contiguous()), numpy_of(weight.contiguous()), eps,
-        GATE_FLOOR, numpy_of(image.contiguous()), numpy_of(out),
+        GATE_FLOOR, numpy_of(image.contiguous()), out_,
     )  # fmt: skip
     return out
 

@@ -18,7 +18,7 @@ from sglang_ds41.model import mhc
 from sglang_ds41.model.mhc import HcCoeffs, HyperConnection
 from sglang_ds41.model.norm import RMSNorm, upcast
 
-from .jit import compiled, compiles, numpy_of, prepared
+from .jit import compiled, compiles, host_empty, numpy_of, prepared
 
 # Tokens whose Sinkhorn rounds run side by side, one to a SIMD lane (the matrices are 4 x 4:
 # a loop over one matrix's entries is too short to vectorise).
@@ -126,10 +126,11 @@ def coefficients(site: HyperConnection, r: torch.Tensor) -> HcCoeffs:
     fn_t, base, scale = prepared(site, f"_fast_{flat.dtype}", build, site.fn, site.base, site.scale)
     m = flat @ fn_t  # [T, (2+hc)*hc]
     t, hc = r.shape[0], site.hc
-    pre, post, comb = m.new_empty(t, hc), m.new_empty(t, hc), m.new_empty(t, hc, hc)
+    (pre, pre_), (post, post_) = host_empty(t, hc, dtype=m.dtype), host_empty(t, hc, dtype=m.dtype)
+    comb, comb_ = host_empty(t, hc, hc, dtype=m.dtype)
     _mixes(
         numpy_of(flat), numpy_of(m), base, scale, site.norm_eps, site.sinkhorn_iters, site.hc_eps,
-        numpy_of(pre), numpy_of(post), numpy_of(comb),
+        pre_, post_, comb_,
     )  # fmt: skip
     return HcCoeffs(pre, post, comb)
 
@@ -161,9 +162,9 @@ def collapse_norm(r: torch.Tensor, pre: torch.Tensor, norm: RMSNorm) -> torch.Te
     """`norm(collapse(r, pre))`: R [T, hc, D], pre [T, hc] -> [T, D] in R's dtype."""
     if not compiles(r):
         return norm(mhc.collapse(r, pre))
-    out = r.new_empty(r.shape[0], r.shape[2])
+    out, out_ = host_empty(r.shape[0], r.shape[2], dtype=r.dtype)
     weight = prepared(norm, "_fast", lambda: numpy_of(upcast(norm.weight.detach())), norm.weight)
-    _collapse_norm(numpy_of(r), numpy_of(upcast(pre)), weight, norm.eps, numpy_of(out))
+    _collapse_norm(numpy_of(r), numpy_of(upcast(pre)), weight, norm.eps, out_)
     return out
 
 
@@ -189,6 +190,6 @@ def expand(r: torch.Tensor, y: torch.Tensor, post: torch.Tensor, comb: torch.Ten
     post, comb = upcast(post), upcast(comb)
     if not compiles(r) or not r.dtype == y.dtype == post.dtype == comb.dtype:
         return mhc.expand(r, y, post, comb)
-    out = torch.empty_like(r)
-    _expand(numpy_of(r), numpy_of(y), numpy_of(post), numpy_of(comb), numpy_of(out))
+    out, out_ = host_empty(*r.shape, dtype=r.dtype)
+    _expand(numpy_of(r), numpy_of(y), numpy_of(post), numpy_of(comb), out_)
     return out

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from sglang_ds41.model.moe import ROUTE_NORM_EPS, Gate, MoE
 from sglang_ds41.model.norm import upcast
 
-from .jit import compiled, compiles, numpy_of, prepared
+from .jit import compiled, compiles, host_empty, numpy_of, prepared
 
 SOFTPLUS_THRESHOLD = 20.0  # F.softplus's default: above it, softplus(x) = x
 # Below this many rows the SwiGLU loop beats torch's five ops (~9 us); past it their vectorised
@@ -76,13 +76,14 @@ def route(gate: Gate, x: torch.Tensor, is_image: torch.Tensor | None) -> tuple[t
     logits = F.linear(upcast(x), upcast(gate.weight))  # [T, E]
     t = x.shape[0]
     image = torch.zeros(t, dtype=torch.bool) if is_image is None else is_image
-    weights, ids = logits.new_empty(t, gate.topk), torch.empty(t, gate.topk, dtype=torch.int64)
+    weights, weights_ = host_empty(t, gate.topk, dtype=logits.dtype)
+    ids, ids_ = host_empty(t, gate.topk, dtype=torch.int64)
     bias, bias_vl = prepared(
         gate, f"_fast_{logits.dtype}", lambda: _biases(gate, logits.dtype), gate.bias, gate.bias_vl
     )
     _route(
         numpy_of(logits), bias, bias_vl, numpy_of(image), gate.temp, gate.norm_topk_prob,
-        gate.route_scale, ROUTE_NORM_EPS, numpy_of(weights), numpy_of(ids),
+        gate.route_scale, ROUTE_NORM_EPS, weights_, ids_,
     )  # fmt: skip
     return weights, ids
 
@@ -132,8 +133,8 @@ class Stacked:
         """Expert `e` (the shared one at E) on rows x [n, D] -> [n, D] in x's dtype."""
         h = F.linear(x, self.up[e])  # [n, 2I]
         if compiles(h) and h.shape[0] < LOOP_ROWS:
-            act = h.new_empty(h.shape[0], h.shape[1] // 2)
-            _swiglu(numpy_of(h), self.limit, numpy_of(act))
+            act, act_ = host_empty(h.shape[0], h.shape[1] // 2, dtype=h.dtype)
+            _swiglu(numpy_of(h), self.limit, act_)
         else:
             gate, up = upcast(h).chunk(2, dim=-1)
             act = (F.silu(gate.clamp(max=self.limit)) * up.clamp(-self.limit, self.limit)).to(x.dtype)
@@ -146,10 +147,10 @@ def forward(moe: MoE, x: torch.Tensor, is_image: torch.Tensor | None = None) -> 
     stacked = Stacked.of(moe)
     few = x.shape[0] <= LOOP_TOKENS and x.shape[1] <= LOOP_HIDDEN
     if few and compiles(x) and x.dtype == stacked.up.dtype:
-        out = torch.empty_like(x)
+        out, out_ = host_empty(*x.shape, dtype=x.dtype)
         _token_by_token(
             numpy_of(x.contiguous()), numpy_of(weights), numpy_of(ids), numpy_of(stacked.up),
-            numpy_of(stacked.down), stacked.limit, numpy_of(out),
+            numpy_of(stacked.down), stacked.limit, out_,
         )  # fmt: skip
         return out
     y = upcast(stacked.run(len(moe.experts), x))  # the shared expert

@@ -49,7 +49,7 @@ from sglang_ds41.model.batch import Chunks
 from sglang_ds41.model.indexer import Indexer
 from sglang_ds41.model.norm import upcast
 
-from .jit import compiled, compiles, numpy_of, prepared
+from .jit import compiled, compiles, host_empty, numpy_of, prepared
 from .rope import tables
 
 # Up to this many tokens, and this many multiply-adds a call, a layer's projections run as the
@@ -72,13 +72,13 @@ def project_rows(
         return None
     wq_a, q_weight, wq_b, wkv, kv_weight = weights
     tokens = x.shape[0]
-    q_lora = torch.empty(tokens, wq_a.shape[0], dtype=x.dtype)
-    q = torch.empty(tokens, wq_b.shape[0], dtype=x.dtype)
-    kv = torch.empty(tokens, wkv.shape[0], dtype=x.dtype)
+    q_lora, q_lora_ = host_empty(tokens, wq_a.shape[0], dtype=x.dtype)
+    q, q_ = host_empty(tokens, wq_b.shape[0], dtype=x.dtype)
+    kv, kv_ = host_empty(tokens, wkv.shape[0], dtype=x.dtype)
     cos, sin = tables(attn.rope, positions, x.dtype)
     _project(
         numpy_of(x.contiguous()), wq_a, q_weight, attn.q_norm.eps, wq_b, attn.head_dim, wkv, kv_weight,
-        attn.kv_norm.eps, numpy_of(positions), cos, sin, numpy_of(q_lora), numpy_of(q), numpy_of(kv),
+        attn.kv_norm.eps, numpy_of(positions), cos, sin, q_lora_, q_, kv_,
     )  # fmt: skip
     return q_lora, q.view(tokens, -1, attn.head_dim), kv
 
@@ -101,15 +101,15 @@ def entry_rows(
         return None
     wkv, wgate, latent_weight, wk, key_weight = weights
     cos, sin = tables(attn.rope, positions, x.dtype)
-    rotated = torch.empty(tokens, wkv.shape[0], dtype=x.dtype)
-    keys = torch.empty(tokens, wk.shape[0], dtype=x.dtype)
-    entry_positions = torch.empty(tokens, dtype=torch.int64)
+    rotated, rotated_ = host_empty(tokens, wkv.shape[0], dtype=x.dtype)
+    keys, keys_ = host_empty(tokens, wk.shape[0], dtype=x.dtype)
+    entry_positions, entry_positions_ = host_empty(tokens, dtype=torch.int64)
     new_pending = torch.zeros(tokens if compressor.ratio == 2 else 0, 2, wkv.shape[0], dtype=x.dtype)
     held = x.new_zeros(0, 2, 0) if pending is None else pending.to(x.dtype).contiguous()
     entries, unpaired = _entries(
         numpy_of(x.contiguous()), numpy_of(positions), compressor.ratio, wkv, wgate, latent_weight,
         compressor.norm.eps, numpy_of(held), wk, key_weight, attn.indexer.k_norm.eps, cos, sin,
-        numpy_of(rotated), numpy_of(entry_positions), numpy_of(keys), numpy_of(new_pending),
+        rotated_, entry_positions_, keys_, numpy_of(new_pending),
     )  # fmt: skip
     # (the caller stores the rows only; the positions say which tokens made entries)
     return rotated[:entries], entry_positions[:entries], keys[:entries], new_pending if unpaired else None
@@ -127,13 +127,13 @@ def index_rows(
         return None
     wq_b, w_heads = weights
     tokens, heads = x.shape[0], indexer.n_heads
-    q = torch.empty(tokens, wq_b.shape[0], dtype=x.dtype)
-    w = torch.empty(tokens, heads, dtype=x.dtype)
+    q, q_ = host_empty(tokens, wq_b.shape[0], dtype=x.dtype)
+    w, w_ = host_empty(tokens, heads, dtype=x.dtype)
     scale = np.full(1, indexer.head_dim**-0.5 * heads**-0.5, dtype=wq_b.dtype)  # as torch rounds it
     cos, sin = tables(indexer.rope, positions, x.dtype)
     _index(
         numpy_of(x.contiguous()), numpy_of(q_lora.contiguous()), wq_b, indexer.head_dim, w_heads, scale,
-        numpy_of(positions), cos, sin, numpy_of(q), numpy_of(w),
+        numpy_of(positions), cos, sin, q_, w_,
     )  # fmt: skip
     return q.view(tokens, heads, indexer.head_dim), w
 
@@ -145,9 +145,9 @@ def output_rows(attn: Attention, o: torch.Tensor, positions: torch.Tensor) -> to
         return None
     wo_a, wo_b = weights
     cos, sin = tables(attn.rope, positions, o.dtype)
-    y = torch.empty(o.shape[0], wo_b.shape[0], dtype=o.dtype)
+    y, y_ = host_empty(o.shape[0], wo_b.shape[0], dtype=o.dtype)
     rows, shape = numpy_of(o.flatten(1).contiguous()), (attn.head_dim, attn.groups)
-    _output(rows, numpy_of(positions), cos, sin, *shape, wo_a, wo_b, numpy_of(y))
+    _output(rows, numpy_of(positions), cos, sin, *shape, wo_a, wo_b, y_)
     return y
 
 

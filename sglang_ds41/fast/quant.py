@@ -23,7 +23,7 @@ from sglang_ds41.formats import e2m1, e8m0, kv_quant
 from sglang_ds41.formats.fp8 import E4M3_MAX, dequantize_fp8_rows
 from sglang_ds41.formats.mxfp4 import dequantize_mxfp4
 
-from .jit import compiled, compiles, numpy_of
+from .jit import compiled, compiles, host_empty, numpy_of
 
 # Decode tables: every E4M3 byte, every UE8M0 byte, every E2M1 code, as float32.
 _E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
@@ -152,19 +152,19 @@ def _quantize(kind: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _oracle(kind, x)
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     dim = rows.shape[1]
-    fake = torch.empty_like(rows)
-    values, out = numpy_of(rows), numpy_of(fake)
+    fake, out = host_empty(*rows.shape, dtype=rows.dtype)
+    values = numpy_of(rows)
     if kind == WINDOW:
-        packed = torch.empty(rows.shape[0], dim + dim // kv_quant.WINDOW_BLOCK, dtype=torch.uint8)
-        ok = _window_fp8(values, kv_quant.WINDOW_BLOCK, kv_quant.WINDOW_AMAX_FLOOR, _E4M3, _E8M0, out,
-                         numpy_of(packed))  # fmt: skip
+        packed, packed_ = host_empty(rows.shape[0], dim + dim // kv_quant.WINDOW_BLOCK, dtype=torch.uint8)
+        floor = kv_quant.WINDOW_AMAX_FLOOR
+        ok = _window_fp8(values, kv_quant.WINDOW_BLOCK, floor, _E4M3, _E8M0, out, packed_)
     else:
         latent = kind == LATENT
         block = kv_quant.LATENT_BLOCK if latent else kv_quant.INDEX_BLOCK
         bound = kv_quant.LATENT_SCALE_MIN if latent else kv_quant.INDEX_AMAX_FLOOR
-        packed = torch.empty(rows.shape[0], dim // 2 + dim // block, dtype=torch.uint8)
+        packed, packed_ = host_empty(rows.shape[0], dim // 2 + dim // block, dtype=torch.uint8)
         tables = (_E4M3, _E8M0, _E2M1, _TIES_DOWN, _TIES_UP)
-        ok = _fp4(values, block, latent, bound, *tables, out, numpy_of(packed))
+        ok = _fp4(values, block, latent, bound, *tables, out, packed_)
     if not ok:
         return _oracle(kind, x)
     return fake.view(x.shape), packed.view(*x.shape[:-1], packed.shape[1])
@@ -229,13 +229,13 @@ def decode(packed: torch.Tensor, kind: str, dim: int, dtype: torch.dtype) -> tor
     """Packed rows [N, bytes] of `kind` -> [N, dim] in `dtype` (the codec's decode)."""
     if dtype not in (torch.float32, torch.float64):
         return _oracle_decode(packed, kind, dim, dtype)
-    out = torch.empty(packed.shape[0], dim, dtype=dtype)
+    out, out_ = host_empty(packed.shape[0], dim, dtype=dtype)
     rows = numpy_of(packed.contiguous())
     if kind == WINDOW:
-        _decode_fp8(rows, kv_quant.WINDOW_BLOCK, _E4M3, _E8M0, numpy_of(out))
+        _decode_fp8(rows, kv_quant.WINDOW_BLOCK, _E4M3, _E8M0, out_)
     else:
         block, scales = (kv_quant.LATENT_BLOCK, _E4M3) if kind == LATENT else (kv_quant.INDEX_BLOCK, _E8M0)
-        _decode_fp4(rows, block, scales, _E2M1, numpy_of(out))
+        _decode_fp4(rows, block, scales, _E2M1, out_)
     return out
 
 

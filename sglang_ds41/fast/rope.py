@@ -21,7 +21,7 @@ import torch
 from sglang_ds41.model.norm import RMSNorm, upcast
 from sglang_ds41.model.rope import RotaryEmbedding
 
-from .jit import compiled, compiles, numpy_of, prepared
+from .jit import compiled, compiles, host_empty, numpy_of, prepared
 
 
 def tables(
@@ -69,8 +69,8 @@ def rotate(
         return rope(x, positions, inverse)
     cos, sin = tables(rope, positions, x.dtype)
     x3 = x.reshape(x.shape[0], math.prod(x.shape[1:-1]), x.shape[-1])
-    out = torch.empty(x3.shape, dtype=x.dtype)
-    _rotate(numpy_of(x3.contiguous()), numpy_of(positions), cos, sin, inverse, numpy_of(out))
+    out, out_ = host_empty(*x3.shape, dtype=x.dtype)
+    _rotate(numpy_of(x3.contiguous()), numpy_of(positions), cos, sin, inverse, out_)
     return out.view(x.shape)
 
 
@@ -97,8 +97,8 @@ def rms_norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
     if not compiles(x):
         return norm(x)
     rows = x.reshape(-1, x.shape[-1])
-    out = torch.empty(rows.shape, dtype=x.dtype)
-    _norm(numpy_of(rows), _weight(norm), norm.eps, numpy_of(out))
+    out, out_ = host_empty(*rows.shape, dtype=x.dtype)
+    _norm(numpy_of(rows), _weight(norm), norm.eps, out_)
     return out.view(x.shape)
 
 

@@ -26,7 +26,7 @@ import torch
 
 from sglang_ds41.model.selection import Candidates, scan_rows
 
-from .jit import compiled, compiles, numpy_of
+from .jit import compiled, compiles, host_empty, numpy_of
 
 # The most scores (rows x entries, 64 MiB in fp32) the compiled scan holds at once: a block of
 # 512 prefill rows over up to 32k entries; past it, the oracle's running top-k (bounded memory).
@@ -240,14 +240,14 @@ def select_block(
     by `first` [R] (a row's first entry row; -1 stays -1): (ids [R, width], kept blocks
     [R, publish.keep] or None)."""
     rows = scores.shape[0]
-    picked = torch.empty(rows, width, dtype=torch.int64)
-    kept = torch.empty(rows, 0 if publish is None else publish.keep, dtype=torch.int64)
+    picked, picked_ = host_empty(rows, width, dtype=torch.int64)
+    kept, kept_ = host_empty(rows, 0 if publish is None else publish.keep, dtype=torch.int64)
     restrict = torch.empty(rows, 0, dtype=torch.int64) if allowed is None else allowed[0]
     _select(
         numpy_of(scores.contiguous()), numpy_of(n_visible.contiguous()), numpy_of(first.contiguous()), k,
         1 if publish is None else publish.size, 0 if publish is None else publish.keep,
         numpy_of(restrict.contiguous()), 0 if allowed is None else allowed[1],
-        numpy_of(picked), numpy_of(kept),
+        picked_, kept_,
     )  # fmt: skip
     return picked, None if publish is None else kept
 
