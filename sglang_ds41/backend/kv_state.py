@@ -289,7 +289,7 @@ class SlotState:
         many each span has: one gather for the batch."""
         slots = [span.slots[max(0, span.start - n) : span.start] for span in spans]
         counts = torch.tensor([s.numel() for s in slots], dtype=torch.int64)
-        rows = self.full[torch.cat(slots), :TOKEN_BYTES]
+        rows = self.full[:, :TOKEN_BYTES].index_select(0, torch.cat(slots))
         return rows.contiguous().view(torch.int32).reshape(-1).to(torch.int64), counts
 
     # ---- attention state ------------------------------------------------------------------------
@@ -324,7 +324,7 @@ class SlotState:
                 f"{int(fwd.chunks.starts[b])}, but its pending ratio-2 token is for position {int(held[b])}; "
                 "a prefix-cache hit ended mid pair (serve with an even --page-size)"
             )
-        return self.pending[layer][fwd.req_rows]
+        return self.pending[layer].index_select(0, fwd.req_rows)
 
     def commit(self, layer: int, projected: Projected) -> None:
         """Store what layer `layer`'s forward made: every new token's window KV; on a KV source
@@ -381,7 +381,8 @@ class SlotView:
 
     def window(self) -> torch.Tensor:
         store = self.store
-        return store.window_codec.decode(store.window[self.layer][self.rows_of.window], store.dtype)
+        rows = store.window[self.layer].index_select(0, self.rows_of.window)  # ~7x faster than [rows]
+        return store.window_codec.decode(rows, store.dtype)
 
     def index_keys(self, ids: torch.Tensor) -> torch.Tensor:
         # Decoded when committed (SlotState.index_keys), gathered here; an index source and a
