@@ -43,6 +43,8 @@ Per forward (`begin_forward`): the batch's rows in the order of the attention's 
 (window KV of every new token, completed entries, pending tokens), then `view` serves the
 phases' reads (`model.attention.StateView`): the window rows, the index keys of the entries
 the indexer scores, the latents of the entries attention picked (only those are decoded).
+Rows are gathered with `index_select` (indexing with a tensor took ~7x as long: 103 against
+12 us for a batch of 16's window rows, a layer).
 """
 
 from __future__ import annotations
@@ -290,7 +292,7 @@ class SlotState:
         slots = [span.slots[max(0, span.start - n) : span.start] for span in spans]
         counts = torch.tensor([s.numel() for s in slots], dtype=torch.int64)
         rows = self.full[:, :TOKEN_BYTES].index_select(0, torch.cat(slots))
-        return rows.contiguous().view(torch.int32).reshape(-1).to(torch.int64), counts
+        return rows.view(torch.int32).reshape(-1).to(torch.int64), counts
 
     # ---- attention state ------------------------------------------------------------------------
 
@@ -381,7 +383,7 @@ class SlotView:
 
     def window(self) -> torch.Tensor:
         store = self.store
-        rows = store.window[self.layer].index_select(0, self.rows_of.window)  # ~7x faster than [rows]
+        rows = store.window[self.layer].index_select(0, self.rows_of.window)
         return store.window_codec.decode(rows, store.dtype)
 
     def index_keys(self, ids: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,8 @@ the same `project` / `select` / `attend` contract over a batch of requests and a
   window-key projections, and a KV source's new entries, linears included, from one loop
   each (`fast.projection`).
 * `select`: the window rows as the oracle's; an index source scores with queries from one
-  loop for a decode step's few tokens (`fast.projection`), else the compiled RoPE, then the
-  compiled quantiser, and selects its rows' top-k in one compiled loop over their
+  loop for a decode step's few tokens (`fast.projection`) or the compiled RoPE, quantised by
+  the compiled quantiser either way, and selects its rows' top-k in one compiled loop over their
   whole rows of scores (`fast.selection`; past 2^24 scores, the oracle's bounded scan).
 * `attend`: the rows a forward reads are found with a mask over the pool, not a sort; a
   decode-sized batch gathers each token's rows (`attention.sparse_attention`; up to
@@ -52,11 +52,12 @@ DENSE_ROWS = 256
 # query row and row it reads, so the union wins up to ~16x (at 8k tokens of context a block's
 # union is ~7.5x its tokens' rows: 3.8 s of attention in a prefill instead of 6.1 s gathered).
 UNION_WIDTH = 16
-# Up to this many (token, head, row) scores the compiled loop beats `sparse_attention`, whose
-# ops cost ~33 us; past it their GEMMs do as well. The loop's float64 sums, vectorised, cost
-# ~16-18 ns a score, most of it the scalar exp (one thread, 4 heads of 64, rows spread over a
-# pool of 20,000): 1 token over 640 / 1,152 rows 0.045 / 0.082 ms against 0.10 / 0.16; in the
-# shipped model's decode step at batch 16 (16 x 640 rows a layer) the same step either way.
+# Up to this many (token, head, row) scores the compiled loop runs, else `sparse_attention`,
+# whose ops cost ~33 us a call and whose GEMMs scale better. The loop's float64 sums,
+# vectorised, cost ~16-18 ns a score, most of it the scalar exp (one thread, 4 heads of 64,
+# rows spread over a pool of 20,000): 1 token over 640 / 1,152 rows 0.045 / 0.082 ms against
+# 0.10 / 0.16. Past it nothing was gained: the shipped model's decode step at batch 16
+# (16 x 640 rows a layer) took the same time with the bound at 8,192 and at 100,000.
 LOOP_SCORES = 8192
 
 

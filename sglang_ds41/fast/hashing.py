@@ -17,7 +17,7 @@ import torch
 
 from sglang_ds41.engram.hashing import BLOCKED, EngramHasher
 
-from .jit import compiled, numpy_of
+from .jit import compiled, host_empty, numpy_of
 
 
 @compiled
@@ -62,7 +62,7 @@ def rows(
 ) -> torch.Tensor:
     """Row ids [T, n_engram_layers, n_columns] of chunks `ids` (concatenated, `lengths [R]`),
     request r's chunk following the `before_counts[r]` <= N-1 raw ids of `before` (concatenated)."""
-    out = torch.empty(ids.numel(), *hasher.primes.shape, dtype=torch.int64)
+    out, out_ = host_empty(ids.numel(), *hasher.primes.shape, dtype=torch.int64)
     _rows(
         numpy_of(hasher.compress(before).reshape(-1)),  # the hasher's own rule for dead ids
         numpy_of(before_counts.to(torch.int64)),
@@ -74,6 +74,6 @@ def rows(
         numpy_of(hasher.primes),
         numpy_of(hasher.offsets),
         hasher.layout.n_heads,
-        numpy_of(out),
+        out_,
     )
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -65,10 +66,19 @@ _NUMPY_DTYPES = {
 }  # fmt: skip
 
 
+# Up to this many elements `host_empty` lets numpy allocate; larger ones come from torch.
+HOST_ELEMENTS = 1 << 14
+
+
 def host_empty(*shape: int, dtype: torch.dtype) -> tuple[torch.Tensor, np.ndarray]:
-    """An uninitialised CPU tensor and its memory as a numpy array, for a compiled loop to fill:
-    numpy allocates and torch wraps it (~1 us, where `torch.empty` and then `numpy()` cost ~3;
-    a decode step makes ~100 of these: ~1% of the tiny size's step)."""
+    """An uninitialised CPU tensor and its memory as a numpy array, for a compiled loop to fill.
+    A small one numpy allocates and torch wraps (~1 us, where `torch.empty` and then `numpy()`
+    cost ~3; a decode step makes ~100 of these: ~1% of the tiny size's step); a large one
+    (a prefill's) torch allocates, 64-byte aligned for its GEMMs, where numpy's large blocks
+    are 16-byte aligned."""
+    if math.prod(shape) > HOST_ELEMENTS:
+        tensor = torch.empty(shape, dtype=dtype)
+        return tensor, tensor.numpy()
     array = np.empty(shape, _NUMPY_DTYPES[dtype])
     return torch.from_numpy(array), array
 

@@ -22,7 +22,7 @@ and the way back from the attention's output (`Attention.project_out`):
 
     y         = (RoPE^-1(o) grouped W_oa^T) W_ob^T
 
-At the tiny and trained sizes each is 10-40 thousand multiply-adds a token (microseconds),
+At the tiny and trained sizes each is 2-40 thousand multiply-adds a token (microseconds),
 where the calls they take apart (linears, the norms and rotations of `fast.rope`, the
 compressor's ~25 ops) cost ~75 us a layer in call overhead alone, ~250 us for a ratio-2
 compressor (one thread, the tiny size). The loops' arithmetic is the pieces': every dot
@@ -129,7 +129,7 @@ def index_rows(
     tokens, heads = x.shape[0], indexer.n_heads
     q, q_ = host_empty(tokens, wq_b.shape[0], dtype=x.dtype)
     w, w_ = host_empty(tokens, heads, dtype=x.dtype)
-    scale = np.full(1, indexer.head_dim**-0.5 * heads**-0.5, dtype=wq_b.dtype)  # as torch rounds it
+    scale = wq_b.dtype.type(indexer.head_dim**-0.5 * heads**-0.5)
     cos, sin = tables(indexer.rope, positions, x.dtype)
     _index(
         numpy_of(x.contiguous()), numpy_of(q_lora.contiguous()), wq_b, indexer.head_dim, w_heads, scale,
@@ -159,7 +159,7 @@ _INDEX = ("wq_b", "weights_proj")
 
 
 def _loop_weights(
-    attn: M,
+    module: M,
     rows: torch.Tensor,
     name: str,
     build: Callable[[M, torch.dtype], tuple[np.ndarray, ...] | None],
@@ -171,17 +171,17 @@ def _loop_weights(
     if rows.shape[0] > LOOP_TOKENS or not compiles(rows):
         return None
     dtype = rows.dtype
-    weights = prepared(attn, f"{name}_{dtype}", lambda: build(attn, dtype), *_watched(attn, watched))
+    weights = prepared(module, f"{name}_{dtype}", lambda: build(module, dtype), *_watched(module, watched))
     return weights if weights is not None and _fits(rows.shape[0], weights) else None
 
 
-def _watched(attn: nn.Module, names: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
+def _watched(owner: nn.Module, names: tuple[str, ...]) -> tuple[torch.Tensor, ...]:
     """The weights of `names` that exist as plain parameters, read from the modules' own tables:
     this runs every layer of every step, and `nn.Module`'s attribute lookup cost ~6 us for ten.
     (A module without one, e.g. a parametrized linear, is not plain: no loop takes its layer.)"""
     found = []
     for name in names:
-        module = attn
+        module = owner
         for part in name.split("."):
             module = module._modules.get(part) if module is not None else None
         weight = None if module is None else module._parameters.get("weight")
@@ -303,7 +303,8 @@ def _entries(x, positions, ratio, wkv, wgate, latent_weight, latent_eps, pending
 @compiled(reassociate=True)
 def _index(x, q_lora, wq_b, head_dim, w_heads, scale, positions, cos, sin, q, w):
     """Each token's index queries, rotated per head, into q, and its head weights times the
-    scale (in the model's dtype, as torch multiplies by a Python float) into w."""
+    scale into w. The scale comes in the model's dtype: torch multiplies a float32 tensor by a
+    Python float rounded to float32 first, so a float64 product rounded once would differ."""
     for t in range(x.shape[0]):
         p = positions[t]
         _linear(q_lora[t], wq_b, q[t])
@@ -311,7 +312,7 @@ def _index(x, q_lora, wq_b, head_dim, w_heads, scale, positions, cos, sin, q, w)
             _rotate(q[t], start, head_dim, cos[p], sin[p], False)
         _linear(x[t], w_heads, w[t])
         for h in range(w.shape[1]):
-            w[t, h] = w[t, h] * scale[0]
+            w[t, h] = w[t, h] * scale
 
 
 @compiled(reassociate=True)

@@ -103,6 +103,18 @@ def test_the_gathered_loop_equals_sparse_attention_up_to_its_bound(tokens, rows,
         assert torch.equal(alone[0], got[t])
 
 
+def test_a_token_without_rows_gets_zeros_as_the_sink_alone_gives():
+    """Every id -1 (no row yet, or none picked): the softmax holds the sink only, so the output
+    is 0, as `sparse_attention` gives; a batch's other tokens are unaffected."""
+    gen = torch.Generator().manual_seed(0)
+    pool, q, sink = torch.randn(8, 64, generator=gen), torch.randn(2, 4, 64, generator=gen), torch.randn(4)
+    ids = torch.tensor([[-1, -1, -1], [0, 3, -1]])
+    got = fast.gathered_attention(q, pool, ids, sink, 0.125)
+    want = sparse_attention(q.double(), pool.double(), ids, sink.double(), 0.125)
+    assert torch.equal(got[0], torch.zeros(4, 64))
+    assert (got.double() - want).abs().max() <= 1e-6
+
+
 def check_phases(cfg, layers, requests) -> None:
     xs = [inputs(start + n, seed=b) for b, (start, n) in enumerate(requests)]
     before = []

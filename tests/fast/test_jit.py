@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ds41.fast.jit import host_empty
+from sglang_ds41.fast.jit import HOST_ELEMENTS, host_empty
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(3, 5), (0, 4), (2, 0, 3), (7,)])
+@pytest.mark.parametrize("shape", [(3, 5), (0, 4), (2, 0, 3), (7,), (HOST_ELEMENTS + 1,), (300, 64)])
 def test_the_array_is_the_tensors_memory(dtype, shape):
     tensor, array = host_empty(*shape, dtype=dtype)
     assert tensor.dtype == dtype and tuple(tensor.shape) == shape and tensor.is_contiguous()
@@ -19,4 +19,5 @@ def test_the_array_is_the_tensors_memory(dtype, shape):
     assert bool((tensor == 1).all())
     tensor.zero_()
     assert not array.any()
-    assert torch.equal(torch.cat([tensor, tensor]), torch.zeros(2 * shape[0], *shape[1:], dtype=dtype))
+    if tensor.numel() > HOST_ELEMENTS:  # a prefill's: aligned for its GEMMs as torch aligns
+        assert tensor.data_ptr() % 64 == 0

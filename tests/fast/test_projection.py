@@ -1,5 +1,6 @@
-"""A decode step's query and window-key projections as one loop, against the pieces they are
-(`Attention.project`'s linears, norms and rotations), on the TINY layers and the trained shape."""
+"""A decode step's projections as loops (queries and window keys, a KV source's entries, the
+index queries, the way back through the output), against the pieces they are (`Attention`'s
+and `Indexer`'s linears, norms and rotations), on the TINY layers and the trained shape."""
 
 from __future__ import annotations
 
@@ -211,12 +212,13 @@ def test_the_index_query_loop_is_the_indexers_queries(shape, dtype, tokens):
 
 
 def test_the_index_weights_scale_rounds_as_torchs():
-    """w = weights_proj(x) * a Python float: torch rounds the scale to float32 first in a float32
-    model; the loop multiplies by that float32 scale, so the weights are the same bits when the
-    products are (a linear of one input column: a single product each)."""
+    """The head weights are the same bits as torch's when the linear's are (one input column:
+    a single product each), where one float64 product rounded once differs."""
     indexer = layer(torch.float32, {"index_head_dim": 24}, number=SOURCES["ratio 1"]).indexer
-    x = torch.zeros(3, indexer.weights_proj.in_features)
-    x[:, 0] = torch.tensor([0.3, -1.7, 11.1])
-    got = fast.index_rows(indexer, x, torch.randn(3, indexer.wq_b.in_features), torch.arange(3))[1]
-    want = indexer.weights_proj(x) * (indexer.head_dim**-0.5 * indexer.n_heads**-0.5)
-    assert torch.equal(got, want)
+    x = torch.zeros(fast.LOOP_TOKENS, indexer.weights_proj.in_features)
+    x[:, 0] = torch.randn(fast.LOOP_TOKENS, generator=torch.Generator().manual_seed(0))
+    q_lora = torch.randn(fast.LOOP_TOKENS, indexer.wq_b.in_features)
+    got = fast.index_rows(indexer, x, q_lora, torch.arange(fast.LOOP_TOKENS))[1]
+    scale = indexer.head_dim**-0.5 * indexer.n_heads**-0.5
+    assert torch.equal(got, indexer.weights_proj(x) * scale)
+    assert not torch.equal(got, (indexer.weights_proj(x).double() * scale).float())
