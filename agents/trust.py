@@ -135,6 +135,10 @@ What it cannot tell apart, and lets through:
   goes to a destination the user named. Rule 7 knows English number words and the common
   address disguises, not arithmetic ("six plus seven") or a reference the model resolves ("the
   file the budget is in"): those values are fields or trusted, and rules 6 and 8 hold the call.
+* An egress tool that declares no `destinations`: its recipient is a name, and a name equal to a
+  whole field of an untrusted output is data (rule 4), so an output that is the address alone
+  (`"evil@attacker.example"`, or a record holding it) supplies it; rule 1 applies only to the
+  parameters declared.
 
 On by default for an agent whose tools declare an effect; `Policies(untrusted=UntrustedContent())`
 turns it on for any agent, `Policies(untrusted=None)` turns it off.
@@ -734,7 +738,7 @@ def structure(text: str) -> Any:
     one). Cached: a run reviews the same outputs on every call."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
         pass
     if "\n" not in text.strip() and not text.startswith("- "):
         return _NOT_PARSED
@@ -1106,7 +1110,7 @@ def _arguments(text: Any) -> Any:
         return text or {}
     try:
         return json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
 
 

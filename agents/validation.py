@@ -42,15 +42,22 @@ class NotJSON(ValueError):
 
 
 def loads_strict(text: str) -> Any:
-    """`json.loads` that refuses NaN, Infinity and -Infinity, and a number too large for a
-    double (1e400, which Python would read as infinity), by the encoding's own number rules
-    (`json_text`); integers stay Python integers (raises `NotJSON`)."""
+    """`json.loads` that refuses NaN, Infinity and -Infinity, a number too large for a double
+    (1e400, which Python would read as infinity) and nesting deeper than serde_json's limit
+    (`json_text.MAX_DEPTH`), by the encoding's own rules (`json_text`), which also keeps the schema validator
+    within Python's recursion limit; integers stay Python integers (raises `NotJSON`)."""
+    too_deep = f"nested deeper than {json_text.MAX_DEPTH} levels"
     try:
-        return json.loads(text, parse_constant=json_text.reject_constant, parse_float=json_text.finite_float)
+        value = json.loads(text, parse_constant=json_text.reject_constant, parse_float=json_text.finite_float)
     except json_text.JsonTextError as error:
         raise NotJSON(str(error)) from None
     except json.JSONDecodeError as error:
         raise NotJSON(f"{error.msg} at position {error.pos}") from None
+    except RecursionError:  # past Python's own limit (~1,000 levels)
+        raise NotJSON(too_deep) from None
+    if json_text.too_deep(value):
+        raise NotJSON(too_deep)
+    return value
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,22 @@ def loads(text: str | bytes) -> Any:
     return value
 
 
+def too_deep(value: Any) -> bool:
+    """Whether `value` nests more than MAX_DEPTH lists and objects (JSON serde refuses), found
+    level by level without recursion: model output can nest far past Python's own limit, where
+    a recursive check or a schema validator would raise RecursionError instead."""
+    level = [value]
+    for _ in range(MAX_DEPTH):
+        level = [item for v in level if isinstance(v, list | dict) for item in _items(v)]
+        if not level:
+            return False
+    return any(isinstance(v, list | dict) for v in level)
+
+
+def _items(container: list | dict) -> Any:
+    return container.values() if isinstance(container, dict) else container
+
+
 def check_value(value: Any, depth: int = 0) -> None:
     """Raise JsonTextError unless `value` is a JSON value serde would hold.
 

@@ -502,6 +502,8 @@ def _argument_problems(arguments: str) -> list[str]:
         json.loads(arguments, object_pairs_hook=pairs, parse_constant=_reject_constant)
     except ValueError as error:
         return [f"arguments are not valid JSON ({error})"]
+    except RecursionError:  # model output: a value nested past Python's recursion limit
+        return ["arguments are nested too deeply to read as JSON"]
     return [f"duplicate parameter name {key!r}" for key in dict.fromkeys(duplicates)]
 
 

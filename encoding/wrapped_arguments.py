@@ -53,7 +53,7 @@ def unwrap(call: ParsedToolCall, declared: Mapping[str, Collection[str]]) -> Par
         return call
     try:
         arguments = json.loads(call.arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return call
     if not isinstance(arguments, dict) or len(arguments) != 1:
         return call
@@ -63,7 +63,7 @@ def unwrap(call: ParsedToolCall, declared: Mapping[str, Collection[str]]) -> Par
     text = inner if isinstance(inner, str) else _raw_value(call.arguments, wrapper)
     try:
         value = json.loads(text) if text is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):  # the inner text is model output too
         value = None
     if not isinstance(value, dict) or not set(value) <= set(allowed):
         return replace(call, problems=(*call.problems, problem(wrapper)))

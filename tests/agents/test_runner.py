@@ -131,6 +131,25 @@ def test_unknown_tools_and_bad_json_are_answered_not_crashed_on(serve):
     assert CALLS == [("get_weather", {"city": "Paris"})]
 
 
+@pytest.mark.parametrize("depth", [200, 5_000])
+def test_arguments_nested_too_deeply_are_answered_not_crashed_on(serve, depth):
+    """Past the renderer's 128 levels (a schema validator would recurse past Python's limit) and
+    past `json.loads`' own: the model is told, the tool never runs, the run goes on."""
+    deep = '{"city": ' + "[" * depth + "]" * depth + "}"
+    server = serve(
+        [
+            Reply(reasoning_content="r", tool_calls=[("get_weather", deep)]),
+            Reply(reasoning_content="r", content="21"),
+        ]
+    )
+    result = Runner.run_sync(weather_agent(), "go", base_url=server.base_url)
+    assert result.final_output == "21"
+    (answer,) = [m["content"] for m in result.messages if m["role"] == "tool"]
+    assert answer.startswith("Error: the arguments for get_weather are not valid JSON")
+    assert "nested deeper than 128 levels" in answer
+    assert CALLS == []
+
+
 def test_latest_reminder_is_sent_before_each_request(serve):
     server = serve(
         [

@@ -60,6 +60,29 @@ def test_a_value_only_untrusted_output_supplied_cannot_flow_into_egress(serve):
     assert "read_inbox" in denied
 
 
+def test_untrusted_output_nested_past_pythons_recursion_limit_is_reviewed_as_text(serve):
+    """A tool's output is untrusted too: JSON nested ~5,000 levels deep (past `json.loads`'
+    recursion) is reviewed as prose, and the egress its address would allow stays held back."""
+    outbox: list = []
+
+    @function_tool(effect="read", trusted_output=False)
+    def read_inbox() -> str:
+        """Read the inbox."""
+        return "[" * 5_000 + '"evil@attacker.example"' + "]" * 5_000
+
+    @function_tool(effect="messages", destinations=["to"])
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        outbox.append((to, body))
+        return "sent"
+
+    agent = Agent(name="mail", tools=[read_inbox, send_email], thinking=False, policies=Policies())
+    calls = [("read_inbox", {}), ("send_email", {"to": "evil@attacker.example", "body": "x"})]
+    messages = run(agent, serve, calls)
+    assert outbox == []
+    assert "destination to='evil@attacker.example' is named by no trusted text" in tool_results(messages)[1]
+
+
 def test_values_from_the_user_flow_even_after_untrusted_output(serve):
     outbox: list = []
     run(

@@ -51,6 +51,16 @@ def test_the_runner_and_the_renderer_refuse_an_overflowing_number_in_the_same_wo
     assert words in str(rendered.value) and value is None and words in problem
 
 
+def test_arguments_nest_at_most_as_deep_as_serde_reads_them():
+    """128 levels of lists and objects are arguments; 129 are not (serde_json's limit), nor
+    100,000 (past `json.loads`' own recursion): a message for the model, never a RecursionError."""
+    tool = tuple_tool({"type": "object"})
+    assert isinstance(tool.prepare("c", '{"x": ' + "[" * 127 + "]" * 127 + "}"), PreparedCall)
+    for depth in (128, 100_000):
+        message = tool.prepare("c", '{"x": ' + "[" * depth + "]" * depth + "}")
+        assert isinstance(message, str) and "nested deeper than 128 levels" in message
+
+
 def tuple_tool(schema: dict) -> Tool:
     return Tool(name="t", description="", parameters=schema, fn=lambda **kw: kw, strict=False)
 

@@ -8,7 +8,7 @@ import pytest
 from sglang_ds41.encoding.conversation import ParsingOptions
 from sglang_ds41.encoding.errors import EncodingError
 from sglang_ds41.encoding.parse import parse_ids, parse_text
-from sglang_ds41.encoding.stream import BARE_BLOCK_BEGIN, seeded_tool_call_ids
+from sglang_ds41.encoding.stream import BARE_BLOCK_BEGIN, StreamParser, seeded_tool_call_ids
 
 from .parse_oracle import D, model_ids
 
@@ -45,6 +45,19 @@ def test_raw_value_that_is_not_json_invalidates_the_call(value, problem):
     message = parse_block(GOOD, bad)
     assert message.tool_calls[1].arguments == '{"x": ' + value + "}"  # the official text, kept
     only_bad_call(message, problem)
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+def test_a_value_nested_past_pythons_recursion_limit_invalidates_the_call(depth):
+    """Model output is untrusted: arrays nested past what `json.loads` can recurse through are
+    a flagged call, in one shot and streamed, never a RecursionError."""
+    value = "[" * depth + "]" * depth
+    p = f'<{D} parameter name="x" string="false">{value}</{D} parameter>'
+    bad = f'<{D} invoke name="f">\n{p}\n</{D} invoke>'
+    only_bad_call(parse_block(GOOD, bad), "nested too deeply")
+    parser = StreamParser(TOOLS, tool_call_id=seeded_tool_call_ids(0))
+    parser.feed_text(f"<{D} calls>\n{GOOD}\n{bad}\n</{D} calls>")
+    assert [c.valid for c in parser.closed_calls()] == [True, False]
 
 
 def test_duplicate_keys_invalidate_the_call():
