@@ -44,8 +44,8 @@ class NotJSON(ValueError):
 def loads_strict(text: str) -> Any:
     """`json.loads` that refuses NaN, Infinity and -Infinity, a number too large for a double
     (1e400, which Python would read as infinity) and nesting deeper than serde_json's limit
-    (`json_text.MAX_DEPTH`), by the encoding's own rules (`json_text`), which also keeps the schema validator
-    within Python's recursion limit; integers stay Python integers (raises `NotJSON`)."""
+    (`json_text.MAX_DEPTH`, which also keeps the schema validator within Python's recursion
+    limit), by the encoding's own rules; integers stay Python integers (raises `NotJSON`)."""
     too_deep = f"nested deeper than {json_text.MAX_DEPTH} levels"
     try:
         value = json.loads(text, parse_constant=json_text.reject_constant, parse_float=json_text.finite_float)
