@@ -11,7 +11,7 @@ scripts with follow-up turns (`then`) drive a whole agent loop.
 Script content is text whose special spellings become their ids (`script_ids`), or
 `RenderedCalls`: an answer with tool calls as our V4.1 encoder renders them, ids as a model
 writes them (DSML tags as special ids, argument text as plain text even where it spells a
-special token). The `args-*`, `broken-calls`, `unclosed-block` and `bare-dsml` scripts feed the
+special token). The `args-*`, `broken-calls`, `unclosed-block`, `bare-dsml` and `deep-args` scripts feed the
 server adversarial argument values and malformed calls (tests/integration/test_served_tool_calls.py);
 `TOLERATED_SCRIPTS` / `AMBIGUOUS_SCRIPTS` write calls in spellings besides V4.1's
 (tests/integration/test_served_tolerant.py).
@@ -120,6 +120,10 @@ ARGS_LONG_TRIGGER = "[script:args-long]"
 BROKEN_CALLS_TRIGGER = "[script:broken-calls]"
 UNCLOSED_BLOCK_TRIGGER = "[script:unclosed-block]"
 BARE_DSML_TRIGGER = "[script:bare-dsml]"
+DEEP_ARGS_TRIGGER = "[script:deep-args]"
+# Levels of the `deep-args` script's array: past what `json.loads` recurses through (Python's
+# default recursion limit), so only a parser that catches that flags the call.
+DEEP_NESTING = 1_000
 
 # String argument values, each written with string="true" and returned byte for byte.
 ADVERSARIAL_STRINGS: tuple[str, ...] = (
@@ -237,6 +241,14 @@ ADVERSARIAL_SCRIPTS = (
         UNCLOSED_BLOCK_TRIGGER,
         "A call, but the block is never closed.",
         "\n\n<｜DSML｜ calls>\n" + _raw_invoke('string="true"', "x"),
+    ),
+    Script(
+        "deep-args",
+        DEEP_ARGS_TRIGGER,
+        "A value nested too deeply to read.",
+        "\n\n<｜DSML｜ calls>\n"
+        + _raw_invoke('string="false"', "[" * DEEP_NESTING + "]" * DEEP_NESTING)
+        + "\n</｜DSML｜ calls>",
     ),
     Script(
         "bare-dsml",

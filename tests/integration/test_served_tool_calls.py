@@ -156,6 +156,18 @@ def test_broken_json_and_an_unknown_attribute_arrive_flagged_not_as_calls(answer
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["one-shot", "streamed"])
+def test_a_value_nested_past_pythons_recursion_limit_arrives_flagged(answers, stream):
+    """Model output is untrusted: arguments nested 1,000 levels deep are an invalid call with
+    its reason, the response itself a normal one."""
+    message = answers(scripted.DEEP_ARGS_TRIGGER, stream)
+    assert message["tool_calls"] == []
+    [call] = message["invalid"]
+    assert call["function"]["name"] == "echo" and "nested too deeply" in call["error"]
+    assert call["function"]["arguments"].count("[") == scripted.DEEP_NESTING
+    assert_no_dsml(message)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["one-shot", "streamed"])
 def test_an_unclosed_calls_block_arrives_flagged(answers, stream):
     message = answers(scripted.UNCLOSED_BLOCK_TRIGGER, stream)
     assert message["tool_calls"] == []
