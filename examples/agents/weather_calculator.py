@@ -14,22 +14,13 @@ scripted server instead, no SGLang needed.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import operator
 
 from sglang_ds41.agents import Agent, AgentError, Runner, function_tool
+from sglang_ds41.agents.arithmetic import evaluate
 
 WEATHER = {"paris": 18.5, "oslo": 4.0, "tokyo": 22.0}
 QUESTION = "What is the average temperature of Paris and Oslo right now?"
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-    ast.USub: operator.neg,
-}
 
 
 @function_tool
@@ -51,17 +42,7 @@ def calculate(expression: str) -> float:
     Args:
         expression: For example "(18.5 + 4) / 2".
     """
-
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](value(node.operand))
-        raise ValueError("only numbers and + - * / ** are allowed")
-
-    return value(ast.parse(expression, mode="eval").body)
+    return evaluate(expression)  # parsed, never eval'ed; bounded (agents/arithmetic.py)
 
 
 agent = Agent(

@@ -22,6 +22,7 @@ import httpx
 import openai
 import pytest
 from sglang_ds41.agents import Agent, Limits, Policies, Runner, ThreadExecutor, function_tool
+from sglang_ds41.agents.arithmetic import evaluate
 from sglang_ds41.agents.log import KILL_ENV, read_log
 from sglang_ds41.agents.tool_turn import MALFORMED
 from sglang_ds41.encoding import encode_prompt, render_request
@@ -163,7 +164,7 @@ def test_parallel_calls_go_back_in_call_order_with_the_reasoning_of_every_tool_t
         Args:
             expression: e.g. 1 + 2.
         """
-        return eval(expression, {"__builtins__": {}})  # the script's fixed expression
+        return evaluate(expression)
 
     agent = Agent(name="wc", tools=[get_weather, calculate], reasoning_effort="low", policies=threads())
     wire = Wire()

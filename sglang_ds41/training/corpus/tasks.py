@@ -344,22 +344,11 @@ def weather(b: _Builder) -> dict[str, Any]:
 
 
 def eval_expression(expression: str) -> float | int:
-    """The calculator's answer to an expression the corpus wrote (numbers and + - * / only)."""
-    import ast
-    import operator
+    """The calculator's answer to an expression: the examples' own calculator (agents/arithmetic.py),
+    so a tool result in the corpus is what the weather example's `calculate` returns."""
+    from sglang_ds41.agents.arithmetic import evaluate
 
-    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.BinOp):
-            return ops[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        raise ValueError(f"unexpected expression {expression!r}")
-
-    return value(ast.parse(expression, mode="eval").body)
+    return evaluate(expression)
 
 
 def compute(b: _Builder) -> dict[str, Any]:
