@@ -281,7 +281,7 @@ def _arguments_model(
     func: Callable[..., Any], tool_name: str, param_docs: dict[str, str]
 ) -> tuple[type[pydantic.BaseModel], str | None]:
     try:
-        hints = get_type_hints(func)
+        hints = get_type_hints(func, include_extras=True)  # keep Annotated[..., Field(...)] constraints
     except Exception as error:  # unresolvable forward references
         raise AgentConfigError(f"tool {tool_name!r}: cannot read type hints ({error})") from None
     fields: dict[str, Any] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 import pytest
@@ -115,6 +115,36 @@ def test_bad_arguments_become_a_short_message_not_an_exception(arguments, expect
     assert isinstance(message, str)
     assert message.startswith("Error:") and expected in message
     assert "Traceback" not in message
+
+
+def test_annotated_field_constraints_reach_the_schema_and_the_check():
+    """`Annotated[str, Field(pattern=...)]` is how pydantic, openai-agents and pydantic-ai users
+    constrain an argument; the constraints were once dropped with the hints' metadata."""
+
+    @function_tool
+    def book(
+        code: Annotated[str, pydantic.Field(pattern="^[A-Z]{3}$")],
+        seats: Annotated[int, pydantic.Field(ge=1, le=9)],
+    ) -> str:
+        """Book seats.
+
+        Args:
+            code: Airport code.
+            seats: How many.
+        """
+        return f"{code} {seats}"
+
+    properties = book.parameters["properties"]
+    assert properties["code"] == {"description": "Airport code.", "type": "string", "pattern": "^[A-Z]{3}$"}
+    assert properties["seats"] == {"description": "How many.", "type": "integer", "minimum": 1, "maximum": 9}
+    refused = [
+        ('{"code": "lis", "seats": 2}', "does not match"),
+        ('{"code": "LIS", "seats": 12}', "12 is greater than the maximum of 9"),
+    ]
+    for arguments, problem in refused:
+        message = book.prepare("c", arguments)
+        assert isinstance(message, str) and problem in message
+    assert not isinstance(book.prepare("c", '{"code": "LIS", "seats": 2}'), str)
 
 
 def test_tool_context_parameter_is_hidden_from_the_schema_and_passed_in():
