@@ -20,6 +20,9 @@ import regress
 from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 
+from . import bounded_search
+from .bounded_search import TooSlow
+
 FLAGS = "u"  # Unicode mode: code points, \p{...} properties, strict escapes
 
 
@@ -28,7 +31,7 @@ def compiled(pattern: str) -> regress.Regex | None:
     """The pattern compiled as ECMA-262 with the "u" flag; None when it is not one."""
     try:
         return regress.Regex(pattern, FLAGS)
-    except regress.RegressError:
+    except (regress.RegressError, UnicodeEncodeError):  # a lone surrogate is no UTF-8 pattern
         return None
 
 
@@ -38,14 +41,38 @@ def is_pattern(text: str) -> bool:
 
 
 def search(pattern: str, text: str) -> bool:
-    """Whether the pattern matches anywhere in `text` (JSON Schema patterns are not anchored).
-    A pattern that does not compile matches nothing; the schema check refuses it first."""
-    regex = compiled(pattern)
-    return regex is not None and regex.find(text) is not None
+    """Whether the pattern matches anywhere in `text` (JSON Schema patterns are not anchored),
+    searched in a child process that is stopped after `bounded_search.TIMEOUT_S` (raises
+    `TooSlow`): the text is the model's, and a backtracking pattern can take exponential time.
+    A pattern that does not compile matches nothing (the schema check refuses it first), nor
+    does a text with a lone surrogate, which the UTF-8 engine cannot read (`loads_strict`
+    refuses such JSON first)."""
+    if compiled(pattern) is None or not _is_utf8(text):
+        return False
+    return bounded_search.search(pattern, text, FLAGS)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _too_slow(instance: str, pattern: str, error: TooSlow) -> ValidationError:
+    return ValidationError(f"{instance!r} could not be checked against {pattern!r}: {error}")
 
 
 def _pattern(validator: Validator, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not search(pattern, instance):
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        matches = search(pattern, instance)
+    except TooSlow as error:
+        yield _too_slow(instance, pattern, error)
+        return
+    if not matches:
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -56,13 +83,26 @@ def _pattern_properties(
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if search(pattern, key):
+            try:
+                matches = search(pattern, key)
+            except TooSlow as error:
+                yield _too_slow(key, pattern, error)
+                continue
+            if matches:
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
 def _by_pattern(schema: Any, key: str) -> bool:
+    """Whether a pattern property claims `key`; one that timed out does (patternProperties
+    itself reports the key as not checkable, so the instance is refused either way)."""
     patterns = schema.get("patternProperties", {}) if isinstance(schema, dict) else {}
-    return any(search(pattern, key) for pattern in patterns)
+    for pattern in patterns:
+        try:
+            if search(pattern, key):
+                return True
+        except TooSlow:
+            return True
+    return False
 
 
 def _additional_properties(

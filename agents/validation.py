@@ -43,9 +43,10 @@ class NotJSON(ValueError):
 
 def loads_strict(text: str) -> Any:
     """`json.loads` that refuses NaN, Infinity and -Infinity, a number too large for a double
-    (1e400, which Python would read as infinity) and nesting deeper than serde_json's limit
+    (1e400, which Python would read as infinity), nesting deeper than serde_json's limit
     (`json_text.MAX_DEPTH`, which also keeps the schema validator within Python's recursion
-    limit), by the encoding's own rules; integers stay Python integers (raises `NotJSON`)."""
+    limit) and strings with a lone surrogate, by the encoding's own rules; integers stay Python
+    integers (raises `NotJSON`)."""
     too_deep = f"nested deeper than {json_text.MAX_DEPTH} levels"
     try:
         value = json.loads(text, parse_constant=json_text.reject_constant, parse_float=json_text.finite_float)
@@ -57,6 +58,10 @@ def loads_strict(text: str) -> Any:
         raise NotJSON(too_deep) from None
     if json_text.too_deep(value):
         raise NotJSON(too_deep)
+    try:
+        json_text.check_strings(value)  # a lone surrogate ("\\ud800"), which pattern checks cannot read
+    except json_text.JsonTextError as error:
+        raise NotJSON(str(error)) from None
     return value
 
 

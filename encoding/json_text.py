@@ -87,6 +87,21 @@ def too_deep(value: Any) -> bool:
     return any(isinstance(v, list | dict) for v in level)
 
 
+def check_strings(value: Any) -> None:
+    """Raise JsonTextError at a key or string of `value` that holds a lone surrogate (serde_json
+    refuses to read one; no UTF-8 text can carry it), leaving numbers as they are. For a value
+    within MAX_DEPTH (`too_deep` first): it recurses."""
+    if isinstance(value, str):
+        _check_string(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_string(key)
+            check_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            check_strings(item)
+
+
 def _items(container: list | dict) -> Any:
     return container.values() if isinstance(container, dict) else container
 
