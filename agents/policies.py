@@ -230,11 +230,12 @@ class ThreadExecutor:
                 value = await asyncio.wait_for(
                     _in_daemon_thread(call.tool.invoke, call.kwargs, ctx), timeout_s
                 )
+            text = result_text(value)
         except TimeoutError:
             return ToolOutcome("timeout", f"Error: {call.tool.name} timed out after {timeout_s:g} s.")
         except Exception as error:
             return ToolOutcome("error", error_text(error))
-        return ToolOutcome("ok", result_text(value))
+        return ToolOutcome("ok", text)
 
 
 class _DaemonWorkers:

@@ -202,16 +202,27 @@ def _where(error: jsonschema.ValidationError) -> str:
     return path.lstrip(".") or "(arguments)"
 
 
+class ResultNotText(ValueError):
+    """A tool's return value that cannot be written as JSON; the call counts as a failed one."""
+
+
 def result_text(value: Any) -> str:
     """What the model sees for a tool's return value: text as is, anything else as JSON; always
-    text that can be sent (`sendable`)."""
+    text that can be sent (`sendable`). A value JSON cannot hold (one that contains itself, nests
+    past Python's recursion limit, an integer of over 4,300 digits, an object whose `str`
+    raises) raises `ResultNotText`, which the executors report like any failed call."""
     if isinstance(value, str):
         return sendable(value)
-    if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = dataclasses.asdict(value)
-    return sendable(json.dumps(value, ensure_ascii=False, default=str))
+    try:
+        if isinstance(value, pydantic.BaseModel):
+            return sendable(value.model_dump_json())
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        return sendable(json.dumps(value, ensure_ascii=False, default=str))
+    except Exception as error:
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        problem = f"{type(error).__name__}: {reason}"
+        raise ResultNotText(f"the result cannot be written as JSON ({problem})") from None
 
 
 def sendable(text: str) -> str:

@@ -266,6 +266,47 @@ def test_thread_executor_times_out_without_blocking_the_run():
     assert time.monotonic() - start < 1.4
 
 
+def _circular() -> list:
+    value: list = []
+    value.append(value)
+    return value
+
+
+def _nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+class _NoText:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("executor", [ThreadExecutor, ProcessExecutor])
+@pytest.mark.parametrize(
+    ("result", "problem"),
+    [
+        (_circular, "ValueError: Circular reference detected"),
+        (lambda: _nested(5000), "RecursionError: maximum recursion depth exceeded"),
+        (lambda: 10**5000, "ValueError: Exceeds the limit (4300 digits)"),
+        (lambda: {"x": _NoText()}, "RuntimeError: no text"),
+    ],
+)
+def test_a_result_json_cannot_hold_is_a_failed_call_not_a_crash(executor, result, problem):
+    """The run went down with the serializer's exception (the thread executor's path)."""
+
+    @function_tool
+    def produce() -> object:
+        """Returns a value."""
+        return result()
+
+    outcome = asyncio.run(executor().execute(produce.prepare("c", "{}"), ToolContext("c", "produce"), 10))
+    assert outcome.status == "error"
+    assert outcome.text.startswith(f"Error: ResultNotText: the result cannot be written as JSON ({problem}")
+
+
 def test_tool_failures_go_back_to_the_model_until_the_retry_budget_is_spent(serve):
     server = serve(lambda body, i: Reply(reasoning_content="r", tool_calls=[("always_fails", {"x": i})]))
     with pytest.raises(
