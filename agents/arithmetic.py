@@ -32,6 +32,7 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
 }
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 ALLOWED = "numbers, + - * / ** and parentheses"
+TOO_LARGE_FOR_FLOAT = "a number in the calculation is too large for a float"
 
 
 class ExpressionError(ValueError):
@@ -57,7 +58,7 @@ def evaluate(expression: str) -> Number:
     except ZeroDivisionError:
         raise ExpressionError("division by zero") from None
     except OverflowError:
-        raise ExpressionError("the result is too large for a float") from None
+        raise ExpressionError(TOO_LARGE_FOR_FLOAT) from None
 
 
 def _value(node: ast.expr, text: str) -> Number:
@@ -80,17 +81,22 @@ def _check_power(base: Number, exponent: Number) -> None:
     if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
         at_least = (abs(base).bit_length() - 1) * exponent
         if at_least > MAX_INT_BITS:
-            raise ExpressionError(f"{base} ** {exponent} has more than {MAX_INT_BITS:,} bits; too large")
+            power = f"{_described(base)} ** {_described(exponent)}"
+            raise ExpressionError(f"{power} would have more than {MAX_INT_BITS:,} bits; too large")
 
 
 def _checked(value: Any) -> Number:
     if isinstance(value, complex):
         raise ExpressionError("the result is not a real number (a negative number to a fractional power)")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ExpressionError("the result is not a finite number")
+        raise ExpressionError(TOO_LARGE_FOR_FLOAT)
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         raise ExpressionError(f"an integer in the calculation has more than {MAX_INT_BITS:,} bits; too large")
     return value
+
+
+def _described(number: int) -> str:
+    return str(number) if number.bit_length() <= 64 else f"a {number.bit_length():,}-bit integer"
 
 
 def _quoted(text: str, limit: int = 60) -> str:

@@ -19,9 +19,9 @@ from typing import Any
 import regress
 from jsonschema import ValidationError
 from jsonschema.protocols import Validator
+from sglang_ds41.encoding.json_text import lone_surrogate_at
 
 from . import bounded_search
-from .bounded_search import TooSlow
 
 FLAGS = "u"  # Unicode mode: code points, \p{...} properties, strict escapes
 
@@ -41,38 +41,32 @@ def is_pattern(text: str) -> bool:
 
 
 def search(pattern: str, text: str) -> bool:
-    """Whether the pattern matches anywhere in `text` (JSON Schema patterns are not anchored),
-    searched in a child process that is stopped after `bounded_search.TIMEOUT_S` (raises
-    `TooSlow`): the text is the model's, and a backtracking pattern can take exponential time.
-    A pattern that does not compile matches nothing (the schema check refuses it first), nor
-    does a text with a lone surrogate, which the UTF-8 engine cannot read (`loads_strict`
-    refuses such JSON first)."""
-    if compiled(pattern) is None or not _is_utf8(text):
+    """Whether the pattern matches anywhere in `text` (JSON Schema patterns are not anchored).
+    The text is the model's, and a backtracking pattern can take exponential time on it, so the
+    search runs in a child process that is stopped after `bounded_search.TIMEOUT_S`. Raises
+    `bounded_search.Uncheckable` for that, and for a text with a lone surrogate, which the UTF-8
+    engine cannot read (`loads_strict` refuses such JSON first): the validation as a whole then
+    fails with that one reason, which no `not`, `oneOf` or `if` around the pattern can turn into
+    a pass. A pattern that does not compile matches nothing (the schema check refuses it first)."""
+    if compiled(pattern) is None:
         return False
-    return bounded_search.search(pattern, text, FLAGS)
-
-
-def _is_utf8(text: str) -> bool:
+    at = lone_surrogate_at(text)
+    if at is not None:
+        problem = f"{_shown(text)} has a lone surrogate at index {at}; no pattern can read it"
+        raise bounded_search.Uncheckable(problem)
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        return bounded_search.search(pattern, text, FLAGS)
+    except bounded_search.Uncheckable as error:
+        problem = f"{_shown(text)} could not be checked against {pattern!r}: {error}"
+        raise bounded_search.Uncheckable(problem) from None
 
 
-def _too_slow(instance: str, pattern: str, error: TooSlow) -> ValidationError:
-    return ValidationError(f"{instance!r} could not be checked against {pattern!r}: {error}")
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def _pattern(validator: Validator, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "string"):
-        return
-    try:
-        matches = search(pattern, instance)
-    except TooSlow as error:
-        yield _too_slow(instance, pattern, error)
-        return
-    if not matches:
+    if validator.is_type(instance, "string") and not search(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -83,26 +77,13 @@ def _pattern_properties(
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            try:
-                matches = search(pattern, key)
-            except TooSlow as error:
-                yield _too_slow(key, pattern, error)
-                continue
-            if matches:
+            if search(pattern, key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
 def _by_pattern(schema: Any, key: str) -> bool:
-    """Whether a pattern property claims `key`; one that timed out does (patternProperties
-    itself reports the key as not checkable, so the instance is refused either way)."""
     patterns = schema.get("patternProperties", {}) if isinstance(schema, dict) else {}
-    for pattern in patterns:
-        try:
-            if search(pattern, key):
-                return True
-        except TooSlow:
-            return True
-    return False
+    return any(search(pattern, key) for pattern in patterns)
 
 
 def _additional_properties(

@@ -209,7 +209,11 @@ class ToolExecutor(Protocol):
 
 def error_text(error: BaseException) -> str:
     """One short line for the model: the exception type and message, never a traceback."""
-    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    try:
+        text = str(error).strip()
+    except Exception:  # a message that cannot be made (its __str__ raises, ValueError(10**5000))
+        text = ""
+    message = text.splitlines()[0] if text else ""
     text = f"Error: {type(error).__name__}: {message}" if message else f"Error: {type(error).__name__}"
     return sendable(text[:500])
 

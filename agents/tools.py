@@ -16,12 +16,14 @@ import dataclasses
 import inspect
 import json
 import re
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 import jsonschema
 import pydantic
+import pydantic_core
 
 from .errors import AgentConfigError
 from .schema import clean_model_schema, drop_defaulted_nulls, make_strict
@@ -301,17 +303,37 @@ def _arguments_model(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise AgentConfigError(f"tool {tool_name!r}: *args/**kwargs cannot be described to the model")
         annotation = hints.get(pname, Any)
-        if annotation is ToolContext:
+        if _unannotated(annotation) is ToolContext:
             context_param = pname
             continue
         if pname not in hints:
             raise AgentConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
         default = ... if param.default is param.empty else param.default
-        fields[pname] = (annotation, pydantic.Field(default, description=param_docs.get(pname)))
-    model = pydantic.create_model(
-        f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-    )
+        # The docstring's description only when it has one: a Field(description=None) here would
+        # override an Annotated[..., Field(description=...)].
+        documented = {"description": param_docs[pname]} if pname in param_docs else {}
+        fields[pname] = (annotation, pydantic.Field(default, **documented))
+    try:
+        model = pydantic.create_model(
+            f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+    except (pydantic.PydanticUserError, pydantic_core.SchemaError, TypeError, ValueError) as error:
+        reason = (str(error).strip().splitlines() or [""])[-1].strip()  # pydantic's last line is the cause
+        hint = _PATTERN_HINT if "regex" in str(error) else ""
+        problem = f"tool {tool_name!r}: pydantic cannot build its arguments ({reason}){hint}"
+        raise AgentConfigError(problem) from None
     return model, context_param
+
+
+_PATTERN_HINT = (
+    "; a pattern pydantic's regex engine cannot read can be declared as"
+    " Field(json_schema_extra={'pattern': ...}): the runner checks it as ECMA-262 before the call"
+)
+
+
+def _unannotated(annotation: Any) -> Any:
+    """`Annotated[T, ...]` -> T (hints are read with their metadata, `include_extras`)."""
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
 
 
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?|Notes?):\s*$")

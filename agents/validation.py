@@ -31,6 +31,7 @@ from referencing.jsonschema import DRAFT202012, specification_with
 from sglang_ds41.encoding import json_text
 
 from . import ecma_regex
+from .bounded_search import Uncheckable
 from .errors import AgentConfigError
 from .formats import format_checker
 
@@ -100,7 +101,10 @@ class SchemaValidator:
 
     def problems(self, instance: Any) -> list[jsonschema.ValidationError]:
         """Every way `instance` fails the schema, in document order of where it fails."""
-        errors = list(self._validator.iter_errors(instance))
+        try:
+            errors = list(self._validator.iter_errors(instance))
+        except Uncheckable as error:  # a pattern search given up (ecma_regex.search): one reason
+            return [jsonschema.ValidationError(str(error))]
         return sorted(errors, key=lambda e: [str(p) for p in e.absolute_path])
 
 

@@ -147,12 +147,17 @@ def check_value(value: Any, depth: int = 0) -> None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _check_string(text: str) -> None:
+def lone_surrogate_at(text: str) -> int | None:
+    """Where `text` holds a lone surrogate (a code point no UTF-8 text can carry), or None."""
     if text.isascii():
-        return
+        return None
     found = _SURROGATE.search(text)
-    if found is not None:
-        at = found.start()
+    return None if found is None else found.start()
+
+
+def _check_string(text: str) -> None:
+    at = lone_surrogate_at(text)
+    if at is not None:
         raise JsonTextError(f"lone surrogate U+{ord(text[at]):04X} at index {at} of a JSON string")
 
 

@@ -307,6 +307,17 @@ def test_a_result_json_cannot_hold_is_a_failed_call_not_a_crash(executor, result
     assert outcome.text.startswith(f"Error: ResultNotText: the result cannot be written as JSON ({problem}")
 
 
+@pytest.mark.parametrize("executor", [ThreadExecutor, ProcessExecutor])
+def test_an_exception_whose_message_cannot_be_made_is_still_a_failed_call(executor):
+    @function_tool
+    def fail() -> str:
+        """Fails."""
+        raise ValueError(10**5000)  # str() of it raises: more than 4,300 digits
+
+    outcome = asyncio.run(executor().execute(fail.prepare("c", "{}"), ToolContext("c", "fail"), 10))
+    assert (outcome.status, outcome.text) == ("error", "Error: ValueError")
+
+
 def test_tool_failures_go_back_to_the_model_until_the_retry_budget_is_spent(serve):
     server = serve(lambda body, i: Reply(reasoning_content="r", tool_calls=[("always_fails", {"x": i})]))
     with pytest.raises(

@@ -147,6 +147,37 @@ def test_annotated_field_constraints_reach_the_schema_and_the_check():
     assert not isinstance(book.prepare("c", '{"code": "LIS", "seats": 2}'), str)
 
 
+def test_annotated_context_and_field_descriptions_and_unreadable_patterns():
+    @function_tool
+    def note(
+        ctx: Annotated[ToolContext, "the run's"], text: Annotated[str, pydantic.Field(description="What.")]
+    ) -> str:
+        """Note something."""
+        return text
+
+    assert note.context_param == "ctx"  # not a parameter the model is asked for
+    assert note.parameters["properties"] == {"text": {"description": "What.", "type": "string"}}
+
+    # A lookahead is ECMA-262 but not pydantic's (Rust) regex dialect. (Hints are strings here,
+    # `from __future__ import annotations`: the pattern is written out, not a local name.)
+    with pytest.raises(AgentConfigError, match=r"tool 'secret': pydantic cannot build .*look-around"):
+
+        @function_tool
+        def secret(word: Annotated[str, pydantic.Field(pattern="^(?=.*[0-9]).{8,}$")]) -> str:
+            """Keep a word."""
+            return word
+
+    @function_tool
+    def secret2(
+        word: Annotated[str, pydantic.Field(json_schema_extra={"pattern": "^(?=.*[0-9]).{8,}$"})],
+    ) -> str:
+        """Keep a word."""
+        return word
+
+    assert "does not match" in secret2.prepare("c", '{"word": "abcdefgh"}')
+    assert not isinstance(secret2.prepare("c", '{"word": "abcdefg1"}'), str)
+
+
 def test_tool_context_parameter_is_hidden_from_the_schema_and_passed_in():
     @function_tool
     def note(text: str, ctx: ToolContext) -> str:
