@@ -25,9 +25,9 @@ import openai
 from _tiny_server import DTYPES, served_model_dir, server_root  # this folder
 from sglang_ds41.encoding import encode_prompt, render_request
 
-from sglang_ds41.assets import v41_tokenizer
 from sglang_ds41.reference.generate import generate
 from sglang_ds41.reference.weights import load_reference
+from sglang_ds41.training.evaluate import served_message
 from sglang_ds41.vision import GridSpec, build_image_prompt, load_vision_tower, preprocess_image
 
 REQUEST = Path(__file__).parent / "example_harmony.json"
@@ -92,12 +92,14 @@ def main() -> int:
     sources = rendered.prompt.image_sources
     served = server_greedy(root, ids, [s.url for s in sources], args.steps)["output_ids"]
     reference, expanded = reference_greedy(model_dir, ids, sources, args.steps, DTYPES[args.dtype])
-    text = v41_tokenizer().decode(reference, skip_special_tokens=True)
+    parsed = served_message(reference, rendered.parsing)  # the reference's ids as the server parses them
+    want = (parsed["reasoning_content"] or "", parsed["content"] or "")
+    got = (getattr(message, "reasoning_content", None) or "", message.content or "")
     checks = {
         "prompt tokens (server) == rendered ids with image spans expanded": reply.usage.prompt_tokens
         == expanded,
         "server == reference, token for token": served == reference,
-        "chat content == reference decoded": thinking or message.content == text,
+        "chat message == the reference's, parsed": got == want,
     }
     print(f"\nprompt: {len(ids)} ids with {len(sources)} image placeholders -> {expanded} positions")
     print(f"server greedy:    {served}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Train the embedded default again and pack it (docs/TRAINING.md §4): one run of 3,200 steps in
-# four phases, each carried on from the last with other drills (`train-tiny --continue-from`).
+# Train the embedded default again and pack it (docs/TRAINING.md §4): one run of 3,600 steps in
+# five phases, each carried on from the last with other settings (`train-tiny --continue-from`).
 #
 #   scripts/train_default.sh [RUNS_DIR] [BUNDLE_DIR]
 #       RUNS_DIR    where the phases' run directories go (default runs/tiny-default)
@@ -42,4 +42,7 @@ phase 3-far 1900 2-reach --spelling-gap 48
 #    drills (the corpus's call turns with drilled words as names); the schedule now 5,000 long.
 phase 4-corpus 3200 3-far --steps 5000 --drill-warmup 1900 --drill-share 0.5 --spelling-drills 0.5 \
     --name-drills 0.5
-"${TRAIN[@]}" "$RUNS/4-corpus" --until 3200 --bundle "$BUNDLE"
+# 5. Cool-down: the same batches, the schedule now ending at 3,600, so the rate drops from 3.6e-4
+#    to 1.3e-4 and falls to 1e-4.
+phase 5-cool 3600 4-corpus --steps 3600
+"${TRAIN[@]}" "$RUNS/5-cool" --until 3600 --bundle "$BUNDLE"

@@ -121,8 +121,8 @@ def test_turns_end_by_themselves_rather_than_looping_to_the_token_limit(client):
 def test_the_server_writes_the_reference_models_greedy_answer(server):
     """Exactness on trained weights: the served greedy turn (reasoning, content, calls) equals the
     pure-PyTorch reference model's for held-out requests of four task shapes, the JSON answer
-    decoded under the server's grammar in both (`reference.grammar`): a held-out extraction
-    whose unconstrained greedy answer is not the served one."""
+    decoded under the server's grammar in both (`reference.grammar`): an extraction whose
+    unconstrained greedy answer is not the served one."""
     model = load_reference(trained_tiny_checkpoint(), dtype=torch.float32)
     reference = evaluate.ReferenceCompleter(model, 160)
     served = evaluate.ServerCompleter(f"{server.url}/v1", 160)
@@ -133,7 +133,7 @@ def test_the_server_writes_the_reference_models_greedy_answer(server):
         {"model": MODEL, "messages": [{"role": "user", "content": "Compute 17 * 3."}],
          "tools": [toolbank.CALCULATE], "thinking": {"type": "disabled"}},
         {"model": MODEL, "messages": [{"role": "user", "content": "What is the capital of Peru?"}]},
-        [case for case in evaluate.cases(0, 4) if case.kind == "json"][3].body,
+        EXTRACTION,
     ]  # fmt: skip
     for body in bodies:
         got, want = served.complete(body), reference.complete(body)
@@ -142,10 +142,34 @@ def test_the_server_writes_the_reference_models_greedy_answer(server):
         assert evaluate.calls_of(got) == evaluate.calls_of(want)
         assert _malformed(got) == _malformed(want)
         assert got[evaluate.FINISH] == want[evaluate.FINISH]
-    # the extraction is one the grammar changes: unconstrained, the reference writes another answer
-    rendered = render_request(bodies[-1])
+    # the grammar decides that answer: unconstrained, the reference writes another one
+    rendered = render_request(EXTRACTION)
     free = generate(model, encode_prompt(rendered), 160, stop_ids=(model.config.eos_token_id,))
     assert evaluate.served_message(free, rendered.parsing)["content"] != got["content"]
+
+
+# A schema the corpus never uses: unconstrained, the model writes some other JSON; under the
+# schema's grammar every key and the five digits are the grammar's doing.
+DELIVERY = {
+    "type": "object",
+    "properties": {
+        "zip_code": {"type": "string", "pattern": "^[0-9]{5}$"},
+        "parcels": {"type": "integer", "minimum": 3},
+    },
+    "required": ["zip_code", "parcels"],
+    "additionalProperties": False,
+}
+EXTRACTION = {
+    "model": MODEL,
+    "messages": [
+        {"role": "system", "content": "Extract the delivery as JSON."},
+        {"role": "user", "content": "Two parcels go to Dana Reyes in Lisbon."},
+    ],
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {"name": "delivery", "schema": DELIVERY, "strict": True},
+    },
+}
 
 
 def _malformed(message: dict) -> list[tuple[str, str]]:
