@@ -50,7 +50,12 @@ def loads_strict(text: str) -> Any:
     integers (raises `NotJSON`)."""
     too_deep = f"nested deeper than {json_text.MAX_DEPTH} levels"
     try:
-        value = json.loads(text, parse_constant=json_text.reject_constant, parse_float=json_text.finite_float)
+        value = json.loads(
+            text,
+            parse_constant=json_text.reject_constant,
+            parse_float=json_text.finite_float,
+            parse_int=json_text.whole_int,
+        )
     except json_text.JsonTextError as error:
         raise NotJSON(str(error)) from None
     except json.JSONDecodeError as error:

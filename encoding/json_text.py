@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 INT_MIN = -(2**63)
@@ -35,6 +36,17 @@ def _parse_int(text: str) -> int | float:
     if INT_MIN <= value <= INT_MAX:
         return value
     return finite_float(text)
+
+
+def whole_int(text: str) -> int:
+    """A JSON integer as a Python int of any size Python reads, for callers that keep big
+    integers (the agent runner); one longer than Python's digit limit is an error, not a crash."""
+    try:
+        return int(text)
+    except ValueError:
+        limit = sys.get_int_max_str_digits()
+        digits = len(text.lstrip("-"))
+        raise JsonTextError(f"an integer of {digits:,} digits (at most {limit:,} are read)") from None
 
 
 def finite_float(text: str) -> float:

@@ -61,6 +61,20 @@ def test_arguments_nest_at_most_as_deep_as_serde_reads_them():
         assert isinstance(message, str) and "nested deeper than 128 levels" in message
 
 
+def test_an_integer_longer_than_python_reads_is_a_message_not_a_crash():
+    """Integers stay whole (no float rounding) up to Python's digit limit; past it `int()` raised
+    ValueError out of `prepare` and `OutputSpec.validate`, ending the run."""
+    tool = tuple_tool({"type": "object"})
+    kept = tool.prepare("c", '{"x": ' + "9" * 4300 + "}")
+    assert isinstance(kept, PreparedCall) and kept.kwargs["x"] == int("9" * 4300)
+    message = tool.prepare("c", '{"x": -' + "9" * 5000 + "}")
+    assert message == (
+        "Error: the arguments for t are not valid JSON (an integer of 5,000 digits (at most 4,300 are read))."
+    )
+    value, problem = OutputSpec.of({"type": "object"}).validate('{"n": ' + "1" * 5000 + "}")
+    assert value is None and "an integer of 5,000 digits" in problem
+
+
 def tuple_tool(schema: dict) -> Tool:
     return Tool(name="t", description="", parameters=schema, fn=lambda **kw: kw, strict=False)
 
