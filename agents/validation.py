@@ -48,7 +48,6 @@ def loads_strict(text: str) -> Any:
     (`json_text.MAX_DEPTH`, which also keeps the schema validator within Python's recursion
     limit) and strings with a lone surrogate, by the encoding's own rules; integers stay Python
     integers (raises `NotJSON`)."""
-    too_deep = f"nested deeper than {json_text.MAX_DEPTH} levels"
     try:
         value = json.loads(
             text,
@@ -61,11 +60,9 @@ def loads_strict(text: str) -> Any:
     except json.JSONDecodeError as error:
         raise NotJSON(f"{error.msg} at position {error.pos}") from None
     except RecursionError:  # past Python's own limit (~1,000 levels)
-        raise NotJSON(too_deep) from None
-    if json_text.too_deep(value):
-        raise NotJSON(too_deep)
-    try:
-        json_text.check_strings(value)  # a lone surrogate ("\\ud800"), which pattern checks cannot read
+        raise NotJSON(json_text.TOO_DEEP) from None
+    try:  # depth and lone surrogates ("\\ud800", which pattern checks cannot read), by serde's rules
+        json_text.check_value(value, whole_ints=True)
     except json_text.JsonTextError as error:
         raise NotJSON(str(error)) from None
     return value

@@ -23,6 +23,7 @@ from typing import Any
 INT_MIN = -(2**63)
 INT_MAX = 2**64 - 1
 MAX_DEPTH = 128
+TOO_DEEP = f"JSON nested deeper than {MAX_DEPTH} levels"
 
 
 class JsonTextError(ValueError):
@@ -87,47 +88,19 @@ def loads(text: str | bytes) -> Any:
     return value
 
 
-def too_deep(value: Any) -> bool:
-    """Whether `value` nests more than MAX_DEPTH lists and objects (JSON serde refuses), found
-    level by level without recursion: model output can nest far past Python's own limit, where
-    a recursive check or a schema validator would raise RecursionError instead."""
-    level = [value]
-    for _ in range(MAX_DEPTH):
-        level = [item for v in level if isinstance(v, list | dict) for item in _items(v)]
-        if not level:
-            return False
-    return any(isinstance(v, list | dict) for v in level)
-
-
-def check_strings(value: Any) -> None:
-    """Raise JsonTextError at a key or string of `value` that holds a lone surrogate (serde_json
-    refuses to read one; no UTF-8 text can carry it), leaving numbers as they are. For a value
-    within MAX_DEPTH (`too_deep` first): it recurses."""
-    if isinstance(value, str):
-        _check_string(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_string(key)
-            check_strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            check_strings(item)
-
-
-def _items(container: list | dict) -> Any:
-    return container.values() if isinstance(container, dict) else container
-
-
-def check_value(value: Any, depth: int = 0) -> None:
+def check_value(value: Any, depth: int = 0, *, whole_ints: bool = False) -> None:
     """Raise JsonTextError unless `value` is a JSON value serde would hold.
 
     Used both after `loads` (surrogates, depth) and for request bodies given as Python
-    objects, where big integers, NaN and non-string keys can appear directly.
+    objects, where big integers, NaN and non-string keys can appear directly. `whole_ints`
+    lets integers of any size through, for the agent runner, which keeps them (`whole_int`).
+    It recurses no deeper than MAX_DEPTH, so it also checks a value `json.loads` read from
+    model output nested past what a recursive walk could otherwise follow.
     """
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
-        if not INT_MIN <= value <= INT_MAX:
+        if not whole_ints and not INT_MIN <= value <= INT_MAX:
             raise JsonTextError(f"integer {value} is outside the JSON number range")
         return
     if isinstance(value, float):
@@ -138,10 +111,10 @@ def check_value(value: Any, depth: int = 0) -> None:
         _check_string(value)
         return
     if depth >= MAX_DEPTH:
-        raise JsonTextError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        raise JsonTextError(TOO_DEEP)
     if isinstance(value, (list, tuple)):
         for item in value:
-            check_value(item, depth + 1)
+            check_value(item, depth + 1, whole_ints=whole_ints)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -151,7 +124,7 @@ def check_value(value: Any, depth: int = 0) -> None:
             if type(item) is str:  # the common leaf, checked without a call per value
                 _check_string(item)
             else:
-                check_value(item, depth + 1)
+                check_value(item, depth + 1, whole_ints=whole_ints)
         return
     raise JsonTextError(f"{type(value).__name__} is not a JSON value")
 
