@@ -1,11 +1,10 @@
-"""The child process of bounded_search.py: reads `[pattern, flags, text, timeout_s]` lines and answers each
-with a line "1" (a match somewhere) or "0", after a first line "ready".
+"""The child process of bounded_search.py: reads `[pattern, flags, text, timeout_s]` lines and
+answers each with a line "1" (a match somewhere) or "0", after a first line "ready".
 
-Run by path under `python -I`; its argument is the folder regress is installed in. Each request
-carries the parent's timeout, and before the search the child sets its CPU-time limit a little
-past it:
-the parent stops a slow search by killing this process, and if the parent itself dies mid-search
-(killed, so no atexit runs) the kernel ends this process rather than leaving it spinning.
+Run by path under `python -I`; its argument is the folder regress is installed in. Before each
+search it sets its CPU-time limit a little past the request's timeout: the parent stops a slow
+search by killing this process, and if the parent itself dies mid-search (killed, so no atexit
+runs) the kernel ends this process rather than leaving it spinning.
 """
 
 import json

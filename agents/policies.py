@@ -25,7 +25,7 @@ from typing import Any, Literal, Protocol
 import openai
 
 from .errors import AgentConfigError, IncompleteStream
-from .tools import PreparedCall, ToolContext, result_text, sendable
+from .tools import PreparedCall, ToolContext, error_line, result_text, sendable
 from .trust import Hold, UntrustedContent
 
 
@@ -209,13 +209,7 @@ class ToolExecutor(Protocol):
 
 def error_text(error: BaseException) -> str:
     """One short line for the model: the exception type and message, never a traceback."""
-    try:
-        text = str(error).strip()
-    except Exception:  # a message that cannot be made (its __str__ raises, ValueError(10**5000))
-        text = ""
-    message = text.splitlines()[0] if text else ""
-    text = f"Error: {type(error).__name__}: {message}" if message else f"Error: {type(error).__name__}"
-    return sendable(text[:500])
+    return sendable(f"Error: {error_line(error)}"[:500])
 
 
 class ThreadExecutor:

@@ -222,9 +222,17 @@ def result_text(value: Any) -> str:
             value = dataclasses.asdict(value)
         return sendable(json.dumps(value, ensure_ascii=False, default=str))
     except Exception as error:
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
-        problem = f"{type(error).__name__}: {reason}"
-        raise ResultNotText(f"the result cannot be written as JSON ({problem})") from None
+        raise ResultNotText(f"the result cannot be written as JSON ({error_line(error)[:200]})") from None
+
+
+def error_line(error: BaseException) -> str:
+    """An exception as one short line, its type and the first line of its message (the type
+    alone when the message is empty or cannot be made: its `__str__` raises, ValueError(10**5000))."""
+    try:
+        text = str(error).strip()
+    except Exception:
+        text = ""
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def sendable(text: str) -> str:
