@@ -32,10 +32,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from safetensors import safe_open
+import torch
 from sglang_ds41.encoding.prompt_ids import text_tokenizer
 from sglang_ds41.encoding.request import conversation_from_request
 
+from sglang_ds41.checkpoint import trained
 from sglang_ds41.training.corpus.pools import HELD_OUT, SPLITS, Pools
 from sglang_ds41.training.corpus.samples import turns
 from sglang_ds41.training.corpus.tasks import FAMILIES, draw
@@ -96,8 +97,9 @@ def copied_values(body: dict[str, Any]) -> list[list[str]]:
 
 
 def live_ids(bundle: Path) -> set[int]:
-    with safe_open(str(bundle / "tensors.safetensors"), "pt") as f:
-        return set(f.get_tensor("embed.weight::rows").tolist())
+    """The ids with a trained embedding row (every other row is the all-zero fill)."""
+    embed = trained.bundled_tensors(bundle)["embed.weight"]
+    return set(torch.nonzero(embed.float().abs().sum(dim=1)).flatten().tolist())
 
 
 def measure(conversations: int, seed: int, live: set[int]) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 `sglang_ds41/assets/tiny-trained/` holds the model `sglang-ds41 train-tiny` produced
 (docs/TRAINING.md says how, and with which command): its base-variant, FP8-Engram checkpoint
-tensors packed row-compactly (`bundle.pack`: only the vocabulary and Engram rows training
-used), its `config.json`, `training.json` (settings, command, what it took) and
+tensors packed row-compactly and compressed (`bundle.pack`: only the vocabulary and Engram rows
+training used), its `config.json`, `training.json` (settings, command, what it took) and
 `generation_config.json` (greedy decoding by default, `GENERATION`). At first use
 `expand` writes the checkpoint of any variant and Engram format from them — the base tensors
 bit for bit, the NVFP4 experts and 4-bit tables converted exactly as `make-tiny` and
@@ -22,7 +22,7 @@ from sglang_ds41.errors import Ds41Error
 
 from .tiny import base_tensors, tiny_config, write_checkpoint
 
-TENSORS_FILE, CONFIG_FILE, TRAINING_FILE = "tensors.safetensors", "config.json", "training.json"
+TENSORS_FILE, CONFIG_FILE, TRAINING_FILE = "tensors.safetensors.gz", "config.json", "training.json"
 # The decoding the model is meant for, which SGLang applies when a request sets none
 # (`--sampling-defaults model`): greedy. A 4.6 M-parameter model is at its best on its top token.
 GENERATION_FILE = "generation_config.json"
@@ -49,17 +49,22 @@ def shipped_config(bundle_dir: Path, variant: str = "base", engram: str = "fp8")
     return tiny_config(variant, engram, base["text_config"])
 
 
+def bundled_tensors(bundle_dir: Path) -> dict[str, Any]:
+    """The bundled model's base tensors (FP8 Engram tables), the untrained ones regenerated."""
+    from .bundle import unpack
+
+    text_config = shipped_config(bundle_dir)["text_config"]
+    seed = json.loads((bundle_dir / TRAINING_FILE).read_text())["settings"]["seed"]
+    return unpack(bundle_dir / TENSORS_FILE, lambda: base_tensors(seed, text_config))
+
+
 def expand(
     out_dir: str | Path, bundle_dir: Path | None = None, variant: str = "base", engram: str = "fp8"
 ) -> Path:
     """Write the bundled model as a checkpoint directory."""
-    from .bundle import unpack
-
     bundle_dir = shipped_dir() if bundle_dir is None else bundle_dir
     data = shipped_config(bundle_dir, variant, engram)
-    seed = json.loads((bundle_dir / TRAINING_FILE).read_text())["settings"]["seed"]
-    untrained = lambda: base_tensors(seed, data["text_config"])  # noqa: E731
-    out = write_checkpoint(out_dir, data, lambda: unpack(bundle_dir / TENSORS_FILE, untrained))
+    out = write_checkpoint(out_dir, data, lambda: bundled_tensors(bundle_dir))
     (out / GENERATION_FILE).write_text((bundle_dir / GENERATION_FILE).read_text())
     return out
 

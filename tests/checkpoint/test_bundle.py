@@ -66,3 +66,31 @@ def test_a_regenerated_tensor_that_changed_is_refused_by_name(tmp_path):
 
         save_file({"x": torch.zeros(1)}, str(tmp_path / "plain.safetensors"))
         unpack(tmp_path / "plain.safetensors")
+
+
+def test_a_gz_name_packs_compressed_and_unpacks_bit_for_bit(tmp_path):
+    # BF16 rows repeat their exponent bytes: gzip takes a share of them, and the same tensors
+    # give the same bytes (no timestamp in the stream)
+    g = torch.Generator().manual_seed(2)
+    tensors = {"embed.weight": (torch.randn(2000, 64, generator=g) * 0.02).bfloat16(),
+               "scale": torch.ones(16, 1).to(torch.float8_e8m0fnu)}  # fmt: skip
+    pack(tensors, [], tmp_path / "t.safetensors")
+    pack(tensors, [], tmp_path / "t.safetensors.gz")
+    pack(tensors, [], tmp_path / "again.safetensors.gz")
+    size = {name: (tmp_path / name).stat().st_size for name in ("t.safetensors", "t.safetensors.gz")}
+    assert size["t.safetensors.gz"] < 0.9 * size["t.safetensors"]
+    assert (tmp_path / "t.safetensors.gz").read_bytes() == (tmp_path / "again.safetensors.gz").read_bytes()
+    got = unpack(tmp_path / "t.safetensors.gz")
+    for name, t in tensors.items():
+        assert got[name].dtype == t.dtype and torch.equal(got[name].view(torch.uint8), t.view(torch.uint8))
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_damaged_file_is_refused_by_name(tmp_path):
+    pack({"x": torch.zeros(64, 64)}, [], tmp_path / "t.safetensors.gz")
+    data = (tmp_path / "t.safetensors.gz").read_bytes()
+    (tmp_path / "cut.safetensors.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(Ds41Error, match=r"cut\.safetensors\.gz: not a readable packed checkpoint"):
+        unpack(tmp_path / "cut.safetensors.gz")
+    with pytest.raises(Ds41Error, match=r"missing\.safetensors\.gz: not a readable packed checkpoint"):
+        unpack(tmp_path / "missing.safetensors.gz")
