@@ -31,14 +31,14 @@ questions per pair ("asking") and the injection-free tasks' utility beside the a
 
 Setup (AgentDojo is never a dependency of this project; its own environment):
 
-    python3.11 -m venv /work/venvs/agentdojo
-    /work/venvs/agentdojo/bin/pip install agentdojo==0.1.35
-    /work/venvs/agentdojo/bin/pip install --no-deps -e .
-    /work/venvs/agentdojo/bin/pip install "jsonschema[format-nongpl]>=4.21" openai==2.8.0 regex regress pyyaml
+    python3.11 -m venv .venv-agentdojo
+    .venv-agentdojo/bin/pip install agentdojo==0.1.35
+    .venv-agentdojo/bin/pip install --no-deps -e .
+    .venv-agentdojo/bin/pip install "jsonschema[format-nongpl]>=4.21" openai==2.8.0 regex regress pyyaml
 
 Run (from the repository root; ~6 min on 2 cores):
 
-    /work/venvs/agentdojo/bin/python benchmarks/agentdojo.py [--suites banking slack] [--limit N]
+    .venv-agentdojo/bin/python benchmarks/agentdojo.py [--suites banking slack] [--limit N]
         [--attack NAME] [--output json|yaml] [--modes ...]
 
 Writes benchmarks/results/agentdojo.json (agentdojo_NAME.json with --attack; per suite and mode:

@@ -47,7 +47,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "convert.json"
 ROW_BYTES = bytes_per_row("fp8", HEAD_DIM)
 SCALE_BYTES = scale_bytes("fp8", HEAD_DIM)
 CHUNK = 1 << 16
-# The official base checkpoint: 510.29 GB, of which 196.61 GB Engram tables (MODEL.md §9.1).
+# The official base checkpoint: 510.29 GB, of which 196.61 GB the Engram tables' FP8 codes (MODEL.md §9.1).
 OFFICIAL_OTHER_PER_TABLE_BYTE = (510_286_023_000 - 196_613_849_600) / 196_613_849_600
 
 _CHILD = """

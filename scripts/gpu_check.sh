@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The GPU check, in one command, for a lent H200 (torch + triton there, no SGLang):
-# benchmarks/gpu_engram.py (kernel correctness on the device,
+# The GPU check, in one command, for a machine with one NVIDIA GPU and torch + triton (SGLang
+# need not be installed there): benchmarks/gpu_engram.py (kernel correctness on the device,
 # MXFP4 vs FP8 lookup time from real-size per-rank tables in device / pinned / registered host
-# memory, CUDA-graph capture and replay). Results land in $OUT (the device tool's folder) or
-# benchmarks/results/.
+# memory, CUDA-graph capture and replay). Results land in $OUT if set, else benchmarks/results/.
 #
-#   scripts/gpu_check.sh --stage   # here, once: copy upstream SGLang's FP8 gather kernel (the peer)
-#                                  # from .venv into .gpu_carry/ (git-ignored, never committed)
-#   device run: command "scripts/gpu_check.sh", carry [".gpu_carry"], timeout_s 600
+#   scripts/gpu_check.sh --stage   # on the machine with .venv, once: copy upstream SGLang's FP8
+#                                  # gather kernel (the peer) into .gpu_carry/ (git-ignored)
+#   scripts/gpu_check.sh           # on the GPU machine, from a copy of this checkout with
+#                                  # .gpu_carry/ in it (takes well under 10 min)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

@@ -5,8 +5,7 @@
 #   scripts/train_default.sh [RUNS_DIR] [BUNDLE_DIR]
 #       RUNS_DIR    where the phases' run directories go (default runs/tiny-default)
 #       BUNDLE_DIR  where the packed model goes (default sglang_ds41/assets/tiny-trained)
-#   environment: THREADS  torch threads (default 2, this machine's cores; the shipped run used
-#                         2, and 1 beside another job for its steps 1,900-2,200)
+#   environment: THREADS  torch threads (default 2, this machine's cores; the shipped run used 2)
 #                VENV     the environment scripts/setup.sh made (default .venv)
 #
 # Interrupted, run it again: a phase that has begun resumes from its last save (every 50 steps).

@@ -9,7 +9,7 @@ PASSTHROUGH = True  # unknown flags (--port, --tp, ...) go to sglang.launch_serv
 HELP = (
     "Serve a DeepSeek-V4.1 checkpoint with SGLang (python -m sglang.launch_server) and the V4.1 "
     "reasoning and tool-call parsers, as DeepSeek-V4.1-Flash with cache reports: on a GPU upstream "
-    "SGLang's V4.1 model with the sglang-ds41 plugin (MXFP4 Engram tables), without one (or with "
+    "SGLang's V4.1 model with the sglang-ds41 plugin (MXFP4 or NVFP4 Engram tables), without one (or with "
     "--device cpu) the sglang-ds41 CPU backend with its CPU settings. The checkpoint is validated "
     "first (as `inspect` does). Every other argument is passed to SGLang and overrides our defaults "
     "(--port, --tp, --device, --served-model-name, --chunked-prefill-size, --disable-radix-cache, ...)."

@@ -12,8 +12,10 @@ SETTING_FLAGS = (
     "name_drills", "vocabulary_names",
 )  # fmt: skip
 HELP = (
-    "Train the tiny DeepSeek-V4.1 (the embedded default) on the synthetic agent corpus: resumable, "
-    "reproducible from --seed; then pack it for shipping (--bundle) or export a checkpoint (--export)."
+    "Train a tiny DeepSeek-V4.1 on the synthetic agent corpus and its drills, one run or one phase of "
+    "one: resumable, reproducible from --seed; then pack it for shipping (--bundle) or export a "
+    "checkpoint (--export). The embedded default is five phases of this command with other settings: "
+    "scripts/train_default.sh runs them (docs/TRAINING.md section 4)."
 )
 
 

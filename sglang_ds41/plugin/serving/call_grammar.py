@@ -188,7 +188,7 @@ class _Rewrite:
     def triggered_tags(self, node: Format) -> Format:
         """Free text until the DSML token, then the tag. The text before the token (`<`) stays
         free text, since xgrammar dispatches on one token and cannot look back; a block without
-        it is still taken as calls by the token-level parser (docs/ENCODING.md §4.2, 5.)."""
+        it is still taken as calls by the token-level parser (docs/ENCODING.md §4.2, difference 5)."""
         tags = []
         for trigger in node["triggers"]:
             head = self.pieces(trigger)
