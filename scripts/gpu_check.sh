@@ -7,7 +7,7 @@
 #   scripts/gpu_check.sh --stage   # on the machine with .venv, once: copy upstream SGLang's FP8
 #                                  # gather kernel (the peer) into .gpu_carry/ (git-ignored)
 #   scripts/gpu_check.sh           # on the GPU machine, from a copy of this checkout with
-#                                  # .gpu_carry/ in it (takes well under 10 min)
+#                                  # .gpu_carry/ in it
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

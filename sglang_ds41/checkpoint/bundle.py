@@ -6,13 +6,13 @@ the rows that differ from the tensor's most common row (a bit per row saying whi
 values, and that fill row once) where that is smaller than the whole tensor, and every other
 tensor whole (the Engram tables: its corpus hashes to nearly every row); a tensor equal to an
 earlier one is kept once (`head` of a model trained with a tied embedding). Bundles written
-before the row mask list their rows as int32 indices (`rows:`), which `unpack` still reads
-(the shipped model's). Tensors the caller can regenerate (the untrained DSpark stages and
+before the row mask list their rows as int32 indices (`rows:`), which `unpack` still reads.
+Tensors the caller can regenerate (the untrained DSpark stages and
 vision tower, random by a seed) are left out with their SHA-256, and `unpack` takes them from a
 `regenerate` callable and checks them. `unpack` rebuilds every tensor bit for bit. The packed
 form is one safetensors file, its metadata saying how to rebuild each tensor, gzip-compressed
 when its name ends in `.gz` (a BF16 row's exponent bytes repeat: the shipped model's 20.3 MB
-packs into 16.7 MB); `unpack` reads either.
+packs into 16.7 MB; the same bytes again from the same Python and zlib); `unpack` reads either.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def pack(
     path: str | Path,
     regenerable: Iterable[str] = (),
 ) -> dict[str, str]:
-    """Write `tensors` to the safetensors file `path`; the 2-D tensors named in `sparse` keep
+    """Write `tensors` to the safetensors file `path` (gzip-compressed if it ends in `.gz`),
+    atomically; the 2-D tensors named in `sparse` keep
     only their rows that differ from their most common row, where that is smaller than the whole
     tensor; those named in `regenerable` are left out (their digest kept). Returns the layout
     written."""
@@ -88,11 +89,15 @@ def pack(
     data = safetensors.torch.save(stored, metadata={_LAYOUT_KEY: json.dumps(layout)})
     path = Path(path)
     if path.name.endswith(".gz"):
-        data = gzip.compress(data, compresslevel=9, mtime=0)  # mtime 0: the same model, the same bytes
+        data = gzip.compress(data, compresslevel=9, mtime=0)  # no timestamp in the stream
     partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    partial.chmod(0o644)  # the package is read by other users
-    os.replace(partial, path)
+    try:
+        partial.write_bytes(data)
+        partial.chmod(0o644)  # the package is read by other users
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # never a half-written file beside the package's
+        raise
     return layout
 
 
@@ -136,22 +141,31 @@ def unpack(
 def _read(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The tensors and metadata of a packed file, gzip-compressed or not."""
     try:
-        with path.open("rb") as f:
-            compressed = f.read(len(_GZIP_MAGIC)) == _GZIP_MAGIC
-        if not compressed:
-            return _read_plain(path)
-        # safetensors reads E8M0 scales from a file only (not from bytes): decompress into one
+        data = path.read_bytes()
+        compressed = data.startswith(_GZIP_MAGIC)
+        if compressed:
+            data = gzip.decompress(data)
+    except Exception as error:  # OSError, gzip's BadGzipFile / EOFError, zlib's error
+        raise Ds41Error(f"{path}: not a readable packed checkpoint ({error})") from None
+    if not compressed:
+        return _read_plain(path, path)
+    # safetensors reads E8M0 scales from a file only (not from bytes): decompress into one
+    try:
         with tempfile.TemporaryDirectory() as tmp:
             plain = Path(tmp) / "tensors.safetensors"
-            plain.write_bytes(gzip.decompress(path.read_bytes()))
-            return _read_plain(plain)
-    except Exception as error:  # OSError, gzip's BadGzipFile / EOFError, safetensors' own types
-        raise Ds41Error(f"{path}: not a readable packed checkpoint ({error})") from None
+            plain.write_bytes(data)
+            return _read_plain(plain, path)
+    except OSError as error:
+        raise Ds41Error(f"{path}: cannot decompress it into a temporary folder ({error})") from None
 
 
-def _read_plain(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    with safe_open(str(path), framework="pt") as f:
-        return {name: f.get_tensor(name) for name in f.keys()}, f.metadata() or {}  # noqa: SIM118 (not a dict)
+def _read_plain(file: Path, packed: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """`file`'s tensors and metadata; errors name `packed`, the file the user gave."""
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return {name: f.get_tensor(name) for name in f.keys()}, f.metadata() or {}  # noqa: SIM118
+    except Exception as error:  # safetensors raises its own error types
+        raise Ds41Error(f"{packed}: not a readable packed checkpoint ({error})") from None
 
 
 def _regenerated(

@@ -23,6 +23,7 @@ from sglang_ds41.errors import Ds41Error
 from .tiny import base_tensors, tiny_config, write_checkpoint
 
 TENSORS_FILE, CONFIG_FILE, TRAINING_FILE = "tensors.safetensors.gz", "config.json", "training.json"
+UNCOMPRESSED_TENSORS_FILE = "tensors.safetensors"  # what bundles packed before 2026-12-06 hold
 # The decoding the model is meant for, which SGLang applies when a request sets none
 # (`--sampling-defaults model`): greedy. A 4.6 M-parameter model is at its best on its top token.
 GENERATION_FILE = "generation_config.json"
@@ -55,7 +56,10 @@ def bundled_tensors(bundle_dir: Path) -> dict[str, Any]:
 
     text_config = shipped_config(bundle_dir)["text_config"]
     seed = json.loads((bundle_dir / TRAINING_FILE).read_text())["settings"]["seed"]
-    return unpack(bundle_dir / TENSORS_FILE, lambda: base_tensors(seed, text_config))
+    tensors = bundle_dir / TENSORS_FILE
+    if not tensors.exists() and (bundle_dir / UNCOMPRESSED_TENSORS_FILE).exists():
+        tensors = bundle_dir / UNCOMPRESSED_TENSORS_FILE
+    return unpack(tensors, lambda: base_tensors(seed, text_config))
 
 
 def expand(

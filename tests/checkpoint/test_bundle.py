@@ -1,5 +1,8 @@
 """Packing a checkpoint's tensors row-compactly and back, bit for bit."""
 
+import gzip
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -80,17 +83,35 @@ def test_a_gz_name_packs_compressed_and_unpacks_bit_for_bit(tmp_path):
     size = {name: (tmp_path / name).stat().st_size for name in ("t.safetensors", "t.safetensors.gz")}
     assert size["t.safetensors.gz"] < 0.9 * size["t.safetensors"]
     assert (tmp_path / "t.safetensors.gz").read_bytes() == (tmp_path / "again.safetensors.gz").read_bytes()
+    assert (tmp_path / "t.safetensors.gz").read_bytes()[4:8] == bytes(4)  # gzip's MTIME field: none
     got = unpack(tmp_path / "t.safetensors.gz")
     for name, t in tensors.items():
         assert got[name].dtype == t.dtype and torch.equal(got[name].view(torch.uint8), t.view(torch.uint8))
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_a_failed_write_leaves_neither_file_nor_partial(tmp_path, monkeypatch):
+    def refused(self, mode):  # after the partial file is written, before it is moved in place
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(Path, "chmod", refused)
+    with pytest.raises(OSError, match="not permitted"):
+        pack({"x": torch.zeros(4, 4)}, [], tmp_path / "t.safetensors.gz")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_damaged_file_is_refused_by_name(tmp_path):
     pack({"x": torch.zeros(64, 64)}, [], tmp_path / "t.safetensors.gz")
     data = (tmp_path / "t.safetensors.gz").read_bytes()
-    (tmp_path / "cut.safetensors.gz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(Ds41Error, match=r"cut\.safetensors\.gz: not a readable packed checkpoint"):
-        unpack(tmp_path / "cut.safetensors.gz")
+    assert data[:2] == b"\x1f\x8b"
+    damaged = {
+        "cut": data[: len(data) // 2],  # the stream ends early
+        "crc": data[:-8] + bytes(8),  # the trailer's checksum and length do not match
+        "inside": gzip.compress(b"not safetensors"),  # a sound stream of something else
+    }
+    for name, content in damaged.items():
+        (tmp_path / f"{name}.safetensors.gz").write_bytes(content)
+        with pytest.raises(Ds41Error, match=rf"{name}\.safetensors\.gz: not a readable packed checkpoint"):
+            unpack(tmp_path / f"{name}.safetensors.gz")
     with pytest.raises(Ds41Error, match=r"missing\.safetensors\.gz: not a readable packed checkpoint"):
         unpack(tmp_path / "missing.safetensors.gz")

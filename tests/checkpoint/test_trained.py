@@ -1,6 +1,8 @@
 """The shipped trained tiny model expands into the official layout, every tensor validated."""
 
+import gzip
 import json
+import shutil
 
 import pytest
 import torch
@@ -54,3 +56,16 @@ def test_the_base_expansion_is_the_packed_tensors_bit_for_bit(tmp_path):
     assert torch.equal(embed, written["head.weight"])
     used = int((embed != 0).any(dim=1).sum())
     assert 1000 < used < embed.shape[0] // 2
+
+
+def test_a_bundle_packed_before_compression_still_expands(tmp_path):
+    # bundles written by `train-tiny --bundle` before 2026-12-06 hold the uncompressed file
+    for name in trained.SHIPPED_FILES:
+        if name != trained.TENSORS_FILE:
+            shutil.copy(SHIPPED / name, tmp_path / name)
+    plain = gzip.decompress((SHIPPED / trained.TENSORS_FILE).read_bytes())
+    (tmp_path / trained.UNCOMPRESSED_TENSORS_FILE).write_bytes(plain)
+    old, shipped = trained.bundled_tensors(tmp_path), trained.bundled_tensors(SHIPPED)
+    assert old.keys() == shipped.keys()
+    for name, t in shipped.items():
+        assert torch.equal(old[name].reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8)), name
