@@ -7,9 +7,9 @@ values, and that fill row once) where that is smaller than the whole tensor, and
 tensor whole (the Engram tables: its corpus hashes to nearly every row); a tensor equal to an
 earlier one is kept once (`head` of a model trained with a tied embedding). Bundles written
 before the row mask list their rows as int32 indices (`rows:`), which `unpack` still reads.
-Tensors the caller can regenerate (the untrained DSpark stages and
-vision tower, random by a seed) are left out with their SHA-256, and `unpack` takes them from a
-`regenerate` callable and checks them. `unpack` rebuilds every tensor bit for bit. The packed
+Tensors the caller can regenerate (the untrained DSpark stages and vision tower, random by a
+seed) are left out with their SHA-256, and `unpack` takes them from a `regenerate` callable and
+checks them. `unpack` rebuilds every tensor bit for bit. The packed
 form is one safetensors file, its metadata saying how to rebuild each tensor, gzip-compressed
 when its name ends in `.gz` (a BF16 row's exponent bytes repeat: the shipped model's 20.3 MB
 packs into 16.7 MB; the same bytes again from the same Python and zlib); `unpack` reads either.
@@ -55,10 +55,9 @@ def pack(
     regenerable: Iterable[str] = (),
 ) -> dict[str, str]:
     """Write `tensors` to the safetensors file `path` (gzip-compressed if it ends in `.gz`),
-    atomically; the 2-D tensors named in `sparse` keep
-    only their rows that differ from their most common row, where that is smaller than the whole
-    tensor; those named in `regenerable` are left out (their digest kept). Returns the layout
-    written."""
+    atomically; the 2-D tensors named in `sparse` keep only their rows that differ from their
+    most common row, where that is smaller than the whole tensor; those named in `regenerable`
+    are left out (their digest kept). Returns the layout written."""
     layout: dict[str, str] = {}
     stored: dict[str, torch.Tensor] = {}
     seen: dict[tuple, str] = {}
