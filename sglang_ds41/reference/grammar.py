@@ -6,9 +6,11 @@ under SGLang's default grammar backend, xgrammar, as its defaults build it: the 
 leaves a non-strict schema to the prompt alone only for the Kimi K3 renderer) compiled against
 the tokenizer with the model's EOS as the stop token and any whitespace allowed, and, when the request
 thinks, applied only from the token after `</think>` (SGLang's reasoner grammar decides that
-from the thinking flag alone). The reference decodes under the same mask, so a served JSON
-answer and the reference's are one computation that can be compared token for token
-(`training.evaluate.ReferenceCompleter`, `benchmarks/tiny_eval.py`). Without it the reference
+from the thinking flag alone), the reasoning before it free but for EOS (the plugin masks EOS
+there so that the turn cannot end without its answer, `thinking_budget.end_reasoning_first`).
+The reference decodes under the same mask, so a served JSON answer and the reference's are one
+computation that can be compared token for token (`training.evaluate.ReferenceCompleter`,
+`benchmarks/tiny_eval.py`). Without it the reference
 writes what the unconstrained model prefers, which may not be JSON at all.
 
 Mirrored are SGLang's defaults only: a server started with other grammar flags
@@ -74,6 +76,7 @@ class JsonAnswerGrammar:
         self._matcher = xgrammar.GrammarMatcher(compiled)
         self._bitmask = xgrammar.allocate_token_bitmask(1, vocab_size)
         self._accepted: list[int] = []
+        self._eos = eos_id
         self.active = not in_reasoning
 
     @classmethod
@@ -87,8 +90,10 @@ class JsonAnswerGrammar:
         return cls(schema, rendered.parsing.thinking, vocab_size, eos_id)
 
     def restrict(self, logits: torch.Tensor) -> None:
-        """logits [vocab]: every token the grammar does not allow next set to -inf."""
+        """logits [vocab]: every token the grammar does not allow next set to -inf; inside the
+        reasoning only EOS, as the server masks it (`thinking_budget.end_reasoning_first`)."""
         if not self.active:
+            logits[self._eos] = float("-inf")
             return
         self._matcher.fill_next_token_bitmask(self._bitmask)
         blocked = torch.zeros(1, logits.shape[-1], dtype=torch.float32)

@@ -22,6 +22,7 @@ VOCAB = 129280
 THINK_END = Special.THINK_END.id
 REASONING = script_ids(LONG_REASONING)
 SCHEMA = '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'
+EVERY_ID = set(range(VOCAB))
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +115,35 @@ def test_a_request_grammar_is_capped_and_then_constrains_the_answer(backend):
     manager(backend)._apply_request_reasoning_config(req)
     grammar = req.grammar
     for token in REASONING[:2]:
-        assert allowed(grammar) is None
+        assert allowed(grammar) == EVERY_ID - {Special.EOS.id}  # a JSON answer's reasoning: no EOS
         grammar.accept_token(token)
     assert allowed(grammar) == {THINK_END}
     grammar.accept_token(THINK_END)
     answer = allowed(grammar)
     assert answer is not None and THINK_END not in answer and script_ids("{")[0] in answer
+
+
+def test_a_json_answer_cannot_be_skipped_by_ending_the_turn_inside_the_reasoning(backend):
+    # no budget: the reasoning is free but for EOS, which only the answer's grammar allows
+    req = request(json_schema=SCHEMA)
+    req.grammar = backend._init_value_dispatch(("json", SCHEMA), True)
+    manager(backend)._apply_request_reasoning_config(req)
+    grammar = req.grammar
+    for token in REASONING[:5]:
+        assert allowed(grammar) == EVERY_ID - {Special.EOS.id}
+        grammar.accept_token(token)
+    grammar.accept_token(THINK_END)
+    for token in script_ids('{"a": 1}'):
+        assert Special.EOS.id not in allowed(grammar)
+        grammar.accept_token(token)
+    assert Special.EOS.id in allowed(grammar)  # the answer is whole: now the turn may end
+
+
+def test_a_grammar_that_is_not_a_json_answer_keeps_eos_in_the_reasoning(backend):
+    req = request(json_schema=None)
+    req.grammar = backend._init_value_dispatch(("json", SCHEMA), True)
+    manager(backend)._apply_request_reasoning_config(req)
+    assert allowed(req.grammar) is None
 
 
 def draft_mask(grammar, drafts: list[int]) -> torch.Tensor:
@@ -166,7 +190,7 @@ def test_a_draft_chain_that_ends_the_reasoning_in_time_is_followed_into_the_answ
     before = state(grammar)
     brace = script_ids("{")[0]
     mask = draft_mask(grammar, [REASONING[1], REASONING[2], THINK_END, brace])
-    assert allowed(grammar, mask, 0) is None
+    assert allowed(grammar, mask, 0) == EVERY_ID - {Special.EOS.id}
     assert allowed(grammar, mask, 1) == {THINK_END}
     after_end = allowed(grammar, mask, 2)
     assert after_end is not None and THINK_END not in after_end and brace in after_end

@@ -7,7 +7,8 @@ SGLang's `ReasonerGrammarObject` already counts the reasoning tokens of a reques
 token filtering on, allows nothing but `</think>` once `max_think_tokens` are spent; upstream
 turns that on only with `--enable-strict-thinking`, for every request at once, together with a
 ban on EOS and the DSML token inside all reasoning. Two AROUND hooks on `GrammarManager` give
-the cap to the budgeted requests alone, nothing else:
+the cap to the budgeted requests alone, and the EOS ban to requests for a JSON answer alone
+(`end_reasoning_first`: without it a model may end its turn while reasoning, with no answer):
 
 * `_apply_request_reasoning_config`, which every request whose grammar is a
   `ReasonerGrammarObject` passes (a `response_format` / `tool_choice` grammar, from the cache or
@@ -44,6 +45,7 @@ from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBacke
 from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
 from xgrammar import apply_token_bitmask_inplace
 
+from sglang_ds41.encoding.special_tokens import Special
 from sglang_ds41.plugin.serving.thinking import BUDGET_PARAM
 
 MANAGER = "sglang.srt.constrained.grammar_manager.GrammarManager"
@@ -69,6 +71,21 @@ def cap(grammar: ReasonerGrammarObject, backend: ReasonerGrammarBackend, budget:
     grammar.token_filter_fn = backend.grammar_backend.set_token_filter
 
 
+def answers_in_json(req: Any) -> bool:
+    """Whether `req` asks for a JSON answer (`response_format`: a JSON-schema grammar)."""
+    return req.sampling_params.json_schema is not None
+
+
+def end_reasoning_first(grammar: ReasonerGrammarObject, backend: ReasonerGrammarBackend) -> None:
+    """From now on `grammar` masks EOS inside the reasoning: a request that asked for a JSON
+    answer gets one (or runs to its token limit), never a turn ended before `</think>` with no
+    answer at all. Upstream bans EOS in reasoning only with `--enable-strict-thinking`, for
+    every request."""
+    grammar.think_excluded_token_ids = [Special.EOS.id]
+    grammar.enable_token_filter = True
+    grammar.token_filter_fn = backend.grammar_backend.set_token_filter
+
+
 def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
     """xgrammar's mask applied to `logits`: the xgrammar backend's own function, which in SGLang
     0.5.23 lacks the CPU branch its grammar objects have (so a budget-only object, which has
@@ -80,12 +97,16 @@ def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
 
 
 def apply_request_reasoning_config(original, self, req, *args, **kwargs):
-    """AROUND `GrammarManager._apply_request_reasoning_config`: cap a budgeted request's grammar."""
+    """AROUND `GrammarManager._apply_request_reasoning_config`: cap a budgeted request's grammar;
+    a JSON answer's reasoning cannot end the turn."""
     result = original(self, req, *args, **kwargs)
     budget = request_budget(req)
     backend = self.grammar_backend
-    if budget is not None and isinstance(req.grammar, ReasonerGrammarObject) and _filters(backend):
-        cap(req.grammar, backend, budget)
+    if isinstance(req.grammar, ReasonerGrammarObject) and _filters(backend):
+        if budget is not None:
+            cap(req.grammar, backend, budget)
+        if answers_in_json(req):
+            end_reasoning_first(req.grammar, backend)
     return result
 
 
