@@ -195,3 +195,13 @@ def test_a_draft_chain_that_ends_the_reasoning_in_time_is_followed_into_the_answ
     after_end = allowed(grammar, mask, 2)
     assert after_end is not None and THINK_END not in after_end and brace in after_end
     assert state(grammar) == before
+
+
+def test_a_strict_thinking_servers_own_ban_is_kept_beside_eos(backend):
+    # --enable-strict-thinking bans tokens inside all reasoning; the JSON answer's EOS ban adds to it
+    dsml = Special.DSML.id
+    req = request(json_schema=SCHEMA)
+    req.grammar = backend._init_value_dispatch(("json", SCHEMA), True)
+    req.grammar.think_excluded_token_ids = [dsml]
+    manager(backend)._apply_request_reasoning_config(req)
+    assert allowed(req.grammar) == EVERY_ID - {dsml, Special.EOS.id}

@@ -67,8 +67,7 @@ def _filters(backend: Any) -> bool:
 def cap(grammar: ReasonerGrammarObject, backend: ReasonerGrammarBackend, budget: int) -> None:
     """From now on `grammar` allows only `</think>` once `budget` - 1 reasoning tokens are spent."""
     grammar.max_think_tokens = budget - 1
-    grammar.enable_token_filter = True
-    grammar.token_filter_fn = backend.grammar_backend.set_token_filter
+    _filter_tokens(grammar, backend)
 
 
 def answers_in_json(req: Any) -> bool:
@@ -80,8 +79,15 @@ def end_reasoning_first(grammar: ReasonerGrammarObject, backend: ReasonerGrammar
     """From now on `grammar` masks EOS inside the reasoning: a request that asked for a JSON
     answer gets one (or runs to its token limit), never a turn ended before `</think>` with no
     answer at all. Upstream bans EOS in reasoning only with `--enable-strict-thinking`, for
-    every request."""
-    grammar.think_excluded_token_ids = [Special.EOS.id]
+    every request (its ban, EOS and the DSML token, is kept when the server has it on)."""
+    excluded = grammar.think_excluded_token_ids or []
+    if Special.EOS.id not in excluded:
+        grammar.think_excluded_token_ids = [*excluded, Special.EOS.id]
+    _filter_tokens(grammar, backend)
+
+
+def _filter_tokens(grammar: ReasonerGrammarObject, backend: ReasonerGrammarBackend) -> None:
+    """Turn on `grammar`'s token filtering (the budget and the reasoning's banned tokens)."""
     grammar.enable_token_filter = True
     grammar.token_filter_fn = backend.grammar_backend.set_token_filter
 
